@@ -1,0 +1,62 @@
+"""The language of memory-ledger: commands, events, envelope, (de)serialisation.
+
+This package imports nothing else of the project.
+"""
+
+from contracts.commands import EraseMemories, MemoryWrite, RedactMemory, RevokeConsent
+from contracts.errors import ContractError, UnknownEventError, UpcastError
+from contracts.events import (
+    EVENT_ADAPTER,
+    EVENT_TYPES,
+    SCHEMA_VERSION,
+    ConsentRevoked,
+    Envelope,
+    ErasureRequested,
+    Event,
+    MemoryConfirmed,
+    MemoryRedacted,
+    MemoryRef,
+    MemorySuperseded,
+    MemoryWritten,
+    RetentionExpired,
+    SummaryDerived,
+    touched_memories,
+)
+from contracts.memory import MemoryBody, Provenance, Retention, Scope, SealedText
+from contracts.serialization import decode_event, describe_validation_error, encode_event
+from contracts.types import VERACITY_CONFIDENCE, utc_now
+
+__all__ = [
+    "EVENT_ADAPTER",
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "VERACITY_CONFIDENCE",
+    "ConsentRevoked",
+    "ContractError",
+    "Envelope",
+    "EraseMemories",
+    "ErasureRequested",
+    "Event",
+    "MemoryBody",
+    "MemoryConfirmed",
+    "MemoryRedacted",
+    "MemoryRef",
+    "MemorySuperseded",
+    "MemoryWrite",
+    "MemoryWritten",
+    "Provenance",
+    "RedactMemory",
+    "Retention",
+    "RetentionExpired",
+    "RevokeConsent",
+    "Scope",
+    "SealedText",
+    "SummaryDerived",
+    "UnknownEventError",
+    "UpcastError",
+    "decode_event",
+    "describe_validation_error",
+    "encode_event",
+    "touched_memories",
+    "utc_now",
+]

@@ -1,0 +1,92 @@
+"""Commands: imperative requests to the ledger. A command may be refused; an event
+(``contracts.events``) is what happened once it was accepted."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from contracts.memory import Frozen, Provenance, Retention, Scope
+from contracts.types import Content, Kind, NonEmptyStr, Sensitivity, Veracity
+
+
+class MemoryWrite(Frozen):
+    """Write a new memory about ``subject_id``.
+
+    The ledger checks that the calling principal holds a grant for ``subject_id``;
+    the subject is never taken on trust from the body alone. ``confidence`` defaults
+    to the value for ``veracity`` (DESIGN.md: stated 1.0, inferred 0.7, imported 0.6,
+    tool 0.5).
+
+    Raises:
+        pydantic.ValidationError: naming the field and the rule, for a naive datetime,
+            an unknown field, an empty subject, a missing ``provenance.writer`` or a
+            confidence outside [0, 1].
+    """
+
+    subject_id: NonEmptyStr
+    kind: Kind
+    content: Content
+    purpose: NonEmptyStr
+    scope: Scope
+    provenance: Provenance
+    key: NonEmptyStr | None = None
+    sensitivity: Sensitivity = "internal"
+    retention: Retention = Field(default_factory=Retention)
+    confirmed: bool = False
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    veracity: Veracity = "stated"
+
+    @model_validator(mode="after")
+    def _rules(self) -> MemoryWrite:
+        if self.scope.type == "subject" and self.scope.id != self.subject_id:
+            raise ValueError("scope.id: a subject scope must name the memory's own subject_id")
+        if self.kind in ("inference", "summary") and not self.provenance.derived_from:
+            raise ValueError(f"provenance.derived_from: a {self.kind} must name the memories it was derived from")
+        return self
+
+
+class EraseMemories(Frozen):
+    """Erase memories: the listed ``memory_ids`` of ``subject_id``, or all of the
+    subject's memories when ``whole_subject`` is true. Erasure is irreversible."""
+
+    subject_id: NonEmptyStr
+    memory_ids: tuple[NonEmptyStr, ...] = ()
+    whole_subject: bool = False
+    reason: NonEmptyStr
+    legal_basis: NonEmptyStr = "gdpr-art-17"
+
+    @model_validator(mode="after")
+    def _target(self) -> EraseMemories:
+        if bool(self.memory_ids) == self.whole_subject:
+            raise ValueError("memory_ids: give memory ids, or whole_subject=true, not both and not neither")
+        return self
+
+
+class RevokeConsent(Frozen):
+    """Withdraw consent: every active memory of ``subject_id`` whose
+    ``provenance.consent_ref`` equals ``consent_ref`` or whose purpose equals
+    ``purpose`` becomes unusable."""
+
+    subject_id: NonEmptyStr
+    consent_ref: NonEmptyStr | None = None
+    purpose: NonEmptyStr | None = None
+
+    @model_validator(mode="after")
+    def _target(self) -> RevokeConsent:
+        if self.consent_ref is None and self.purpose is None:
+            raise ValueError("consent_ref: a revocation needs a consent_ref or a purpose")
+        return self
+
+
+class RedactMemory(Frozen):
+    """Replace the text of one memory with ``replacement`` (for example the content
+    with a phone number removed); ``fields`` names what was redacted, for the record."""
+
+    memory_id: NonEmptyStr
+    replacement: str = Field(max_length=65_536)
+    fields: tuple[NonEmptyStr, ...] = ("content",)
+
+
+RequestKind = Literal["memories", "subject"]

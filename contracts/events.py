@@ -1,0 +1,160 @@
+"""Events: past-tense facts appended to the log, one discriminated union.
+
+Every event carries the envelope of DESIGN.md ("Events"): ``event_id`` (UUIDv7),
+``type``, ``schema_version``, ``occurred_at`` (UTC), ``subject_id`` (the Kafka key),
+``producer``, ``correlation_id`` and ``causation_id``. Events that change one memory
+carry its ``memory_id`` and the ``revision`` the change produces; events that change
+several carry ``affected``, a list of (memory_id, revision).
+
+Projections apply a change to a memory only if its revision is newer than the one they
+hold (invariant 2), except erasure, which always applies.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, TypeAdapter
+
+from contracts.memory import Frozen, MemoryBody, SealedText
+from contracts.types import NonEmptyStr, UtcDatetime
+
+SCHEMA_VERSION = 1
+"""The current schema version of every event type."""
+
+
+class Envelope(Frozen):
+    """Fields every event has. ``schema_version`` is the version of the event's own
+    type; older versions are upcast on read (``contracts.upcasting``)."""
+
+    event_id: NonEmptyStr
+    schema_version: int = Field(default=SCHEMA_VERSION, ge=1)
+    occurred_at: UtcDatetime
+    subject_id: NonEmptyStr
+    producer: NonEmptyStr
+    correlation_id: NonEmptyStr
+    causation_id: NonEmptyStr | None = None
+
+
+class MemoryRef(Frozen):
+    """One memory touched by a multi-memory event, with the revision it reaches."""
+
+    memory_id: NonEmptyStr
+    revision: int = Field(ge=1)
+
+
+class MemoryWritten(Envelope):
+    """A memory was recorded (revision 1). Its status is ``active``, or
+    ``needs_confirmation`` for an unconfirmed inference."""
+
+    type: Literal["MemoryWritten"] = "MemoryWritten"
+    memory_id: NonEmptyStr
+    revision: int = Field(default=1, ge=1)
+    memory: MemoryBody
+
+
+class SummaryDerived(Envelope):
+    """A summary was derived from other memories (``memory.provenance.derived_from``)."""
+
+    type: Literal["SummaryDerived"] = "SummaryDerived"
+    memory_id: NonEmptyStr
+    revision: int = Field(default=1, ge=1)
+    memory: MemoryBody
+
+
+class MemorySuperseded(Envelope):
+    """A memory was replaced by a newer one (``superseded_by``)."""
+
+    type: Literal["MemorySuperseded"] = "MemorySuperseded"
+    memory_id: NonEmptyStr
+    revision: int = Field(ge=2)
+    superseded_by: NonEmptyStr
+
+
+class MemoryConfirmed(Envelope):
+    """The subject confirmed a memory; an inference becomes ``active``."""
+
+    type: Literal["MemoryConfirmed"] = "MemoryConfirmed"
+    memory_id: NonEmptyStr
+    revision: int = Field(ge=2)
+
+
+class MemoryRedacted(Envelope):
+    """Part of a memory's text was removed; ``content`` is the new, sealed text."""
+
+    type: Literal["MemoryRedacted"] = "MemoryRedacted"
+    memory_id: NonEmptyStr
+    revision: int = Field(ge=2)
+    fields: tuple[NonEmptyStr, ...]
+    content: SealedText
+    content_hmac: NonEmptyStr | None = None
+
+
+class ConsentRevoked(Envelope):
+    """Consent was withdrawn; every memory in ``affected`` is now ``revoked``."""
+
+    type: Literal["ConsentRevoked"] = "ConsentRevoked"
+    consent_ref: NonEmptyStr | None = None
+    purpose: NonEmptyStr | None = None
+    affected: tuple[MemoryRef, ...]
+
+
+class RetentionExpired(Envelope):
+    """The memories in ``affected`` reached their ``expires_at``."""
+
+    type: Literal["RetentionExpired"] = "RetentionExpired"
+    affected: tuple[MemoryRef, ...]
+
+
+class ErasureRequested(Envelope):
+    """Erasure of the memories in ``affected`` (or of the whole subject) was ordered.
+
+    Their data keys are destroyed before this event is appended, so the log holds no
+    readable copy from then on; projections remove every derived copy and write a
+    receipt for ``request_id``.
+    """
+
+    type: Literal["ErasureRequested"] = "ErasureRequested"
+    request_id: NonEmptyStr
+    request_kind: Literal["memories", "subject"]
+    requested_by: NonEmptyStr
+    reason: NonEmptyStr
+    legal_basis: NonEmptyStr
+    affected: tuple[MemoryRef, ...]
+
+
+Event = Annotated[
+    Union[
+        MemoryWritten,
+        SummaryDerived,
+        MemorySuperseded,
+        MemoryConfirmed,
+        MemoryRedacted,
+        ConsentRevoked,
+        RetentionExpired,
+        ErasureRequested,
+    ],
+    Field(discriminator="type"),
+]
+"""Any event of the ledger."""
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+"""The one module-level adapter for (de)serialising events."""
+
+EVENT_TYPES: tuple[type[Envelope], ...] = (
+    MemoryWritten,
+    SummaryDerived,
+    MemorySuperseded,
+    MemoryConfirmed,
+    MemoryRedacted,
+    ConsentRevoked,
+    RetentionExpired,
+    ErasureRequested,
+)
+
+
+def touched_memories(event: Event) -> tuple[MemoryRef, ...]:
+    """The (memory_id, revision) pairs an event changes, for any event type."""
+    if isinstance(event, (ConsentRevoked, RetentionExpired, ErasureRequested)):
+        return event.affected
+    return (MemoryRef(memory_id=event.memory_id, revision=event.revision),)

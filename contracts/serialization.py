@@ -1,0 +1,49 @@
+"""JSON bytes in and out of the log, with upcasting of older schema versions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from contracts.errors import UnknownEventError, UpcastError
+from contracts.events import EVENT_ADAPTER, Event
+from contracts.upcasting import upcast
+
+
+def encode_event(event: Event) -> bytes:
+    """Serialise an event to compact UTF-8 JSON bytes (the log's value format)."""
+    return EVENT_ADAPTER.dump_json(event)
+
+
+def decode_event(data: bytes) -> Event:
+    """Parse log bytes into an event, upcasting an older ``schema_version`` first.
+
+    Raises:
+        UnknownEventError: the bytes are not JSON, not an object, of an unknown
+            ``type``, or fail validation; ``reason`` names the field and rule.
+    """
+    try:
+        raw: Any = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UnknownEventError(f"not valid UTF-8 JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise UnknownEventError("an event must be a JSON object")
+    try:
+        raw = upcast(raw)
+    except UpcastError as exc:
+        raise UnknownEventError(str(exc)) from None
+    try:
+        return EVENT_ADAPTER.validate_python(raw)
+    except ValidationError as exc:
+        raise UnknownEventError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, ``field.path: message``, without pydantic's URLs."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,48 @@
+"""Shared field types: UTC timestamps, identifiers and the vocabulary of a memory.
+
+Every timestamp in the system is timezone-aware UTC (DESIGN.md, invariant 7). A naive
+datetime is rejected by pydantic's ``AwareDatetime`` with the field name in the error;
+an aware datetime in another zone is converted to UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, AwareDatetime, StringConstraints
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc)
+
+
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
+"""A timezone-aware datetime, normalised to UTC. Naive datetimes are rejected."""
+
+NonEmptyStr = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=512)]
+"""An identifier-like string: 1 to 512 characters after stripping white space."""
+
+Content = Annotated[str, StringConstraints(min_length=1, max_length=65_536)]
+"""Memory text: 1 to 65,536 characters."""
+
+Kind = Literal["preference", "fact", "inference", "task_state", "summary"]
+Sensitivity = Literal["public", "internal", "personal", "restricted"]
+RetentionBasis = Literal["session", "consent", "contract", "indefinite"]
+ScopeType = Literal["document", "workspace", "subject"]
+MemoryStatus = Literal["active", "superseded", "needs_confirmation", "revoked", "expired", "erased"]
+Veracity = Literal["stated", "inferred", "imported", "tool"]
+
+VERACITY_CONFIDENCE: dict[str, float] = {
+    "stated": 1.0,
+    "inferred": 0.7,
+    "imported": 0.6,
+    "tool": 0.5,
+}
+"""Initial confidence by veracity, as DESIGN.md gives it (stated by a human 1.0,
+inferred by an agent 0.7, imported 0.6, produced by a tool 0.5)."""
+
+
+def utc_now() -> datetime:
+    """The current time as a timezone-aware UTC datetime."""
+    return datetime.now(timezone.utc)
