@@ -1,0 +1,143 @@
+"""Crypto-shredding: per-memory data keys, wrapped by a master key, in Postgres.
+
+Each memory's text is sealed with AES-256-GCM under its own data key (``key_id`` =
+``memory_id``); the data key is stored wrapped (AES-256-GCM under the master key) in
+``memory_keys``. Destroying the wrapped key makes every copy of the sealed text in the
+log, its replicas and its backups unreadable. Content fingerprints are HMAC-SHA256
+under a key derived from the master key with HKDF-SHA256 (RFC 5869), so probes can
+look for a copy without keeping the content.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+
+import psycopg
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from contracts.memory import SealedText
+from ledger.errors import KeyStoreError
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS memory_keys (
+    key_id        text PRIMARY KEY,
+    subject_id    text NOT NULL,
+    wrapped_key   bytea,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    destroyed_at  timestamptz
+);
+CREATE INDEX IF NOT EXISTS memory_keys_subject ON memory_keys (subject_id);
+"""
+
+_NONCE_BYTES = 12
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text.encode("ascii"))
+
+
+def parse_master_key(text: str) -> bytes:
+    """Decode a master key given as URL-safe base64 of exactly 32 bytes.
+
+    Raises:
+        KeyStoreError: not base64, or not 32 bytes once decoded.
+    """
+    try:
+        raw = _unb64(text.strip())
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise KeyStoreError("master_key: must be URL-safe base64 of 32 random bytes") from exc
+    if len(raw) != 32:
+        raise KeyStoreError(f"master_key: must decode to 32 bytes, got {len(raw)}")
+    return raw
+
+
+def new_master_key() -> str:
+    """A fresh master key, URL-safe base64 of 32 random bytes."""
+    return _b64(secrets.token_bytes(32))
+
+
+class Keyring:
+    """Seals and opens memory text; creates, reads and destroys data keys.
+
+    Methods take an open psycopg connection so that key changes commit in the same
+    transaction as the ledger's other writes.
+    """
+
+    def __init__(self, master_key: bytes) -> None:
+        if len(master_key) != 32:
+            raise KeyStoreError("master_key: must be 32 bytes")
+        self._master = AESGCM(master_key)
+        self._fingerprint_key = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=b"memledger content fingerprint"
+        ).derive(master_key)
+
+    @staticmethod
+    def install(conn: psycopg.Connection) -> None:
+        """Create the key table if missing."""
+        conn.execute(SCHEMA_SQL)
+
+    def fingerprint(self, text: str) -> str:
+        """HMAC-SHA256 (hex) of ``text`` under the fingerprint key."""
+        return hmac.new(self._fingerprint_key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def seal(self, conn: psycopg.Connection, subject_id: str, key_id: str, text: str) -> SealedText:
+        """Encrypt ``text`` under the data key ``key_id``, creating the key if needed.
+
+        Raises:
+            KeyStoreError: the key exists but was destroyed (the memory was erased).
+        """
+        data_key = self._load(conn, key_id)
+        if data_key is None:
+            data_key = AESGCM.generate_key(bit_length=256)
+            nonce = os.urandom(_NONCE_BYTES)
+            wrapped = nonce + self._master.encrypt(nonce, data_key, key_id.encode())
+            inserted = conn.execute(
+                "INSERT INTO memory_keys (key_id, subject_id, wrapped_key) VALUES (%s, %s, %s)"
+                " ON CONFLICT (key_id) DO NOTHING RETURNING key_id",
+                (key_id, subject_id, wrapped),
+            ).fetchone()
+            if inserted is None:
+                raise KeyStoreError(f"key {key_id!r} was destroyed: its memory was erased")
+        nonce = os.urandom(_NONCE_BYTES)
+        ciphertext = AESGCM(data_key).encrypt(nonce, text.encode("utf-8"), key_id.encode())
+        return SealedText(key_id=key_id, nonce=_b64(nonce), ciphertext=_b64(ciphertext))
+
+    def open(self, conn: psycopg.Connection, sealed: SealedText) -> str | None:
+        """Decrypt sealed text; ``None`` when its data key has been destroyed or never existed."""
+        data_key = self._load(conn, sealed.key_id)
+        if data_key is None:
+            return None
+        plain = AESGCM(data_key).decrypt(_unb64(sealed.nonce), _unb64(sealed.ciphertext), sealed.key_id.encode())
+        return plain.decode("utf-8")
+
+    def destroy(self, conn: psycopg.Connection, key_ids: list[str]) -> int:
+        """Destroy the data keys (the wrapped key bytes are overwritten with NULL).
+        Returns how many live keys were destroyed; destroying twice is harmless."""
+        cur = conn.execute(
+            "UPDATE memory_keys SET wrapped_key = NULL, destroyed_at = now()"
+            " WHERE key_id = ANY(%s) AND wrapped_key IS NOT NULL",
+            (key_ids,),
+        )
+        return cur.rowcount
+
+    def is_destroyed(self, conn: psycopg.Connection, key_id: str) -> bool:
+        """True when ``key_id`` exists and was destroyed."""
+        row = conn.execute("SELECT wrapped_key IS NULL FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone()
+        return bool(row and row[0])
+
+    def _load(self, conn: psycopg.Connection, key_id: str) -> bytes | None:
+        row = conn.execute("SELECT wrapped_key FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        wrapped = bytes(row[0])
+        return self._master.decrypt(wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], key_id.encode())

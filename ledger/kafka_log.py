@@ -1,0 +1,189 @@
+"""The Kafka ``EventLog`` adapter (kafka-python).
+
+The producer is idempotent with ``acks=all``: ``append`` returns only after every
+in-sync replica has the record, and a retried send cannot duplicate it. The record key
+is the UTF-8 ``subject_id``, so the client's default partitioner (murmur2 of the key)
+puts all events of a subject in one partition. Reads use a group-less consumer with
+explicit partition assignment; consumer groups belong to the workers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Sequence
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from ledger.errors import EventLogError
+from ledger.eventlog import DLQ_TOPIC, TOPIC, DeadLetter, LogPosition, LogRecord
+
+
+def ensure_topics(bootstrap: str, partitions: int, topics: Sequence[str] = (TOPIC, DLQ_TOPIC)) -> None:
+    """Create the topics with the admin client when missing (replication factor 1 on a
+    single broker). An existing topic is left as it is.
+
+    Raises:
+        EventLogError: the broker could not be reached or refused the request.
+    """
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="memledger-admin")
+    except KafkaError as exc:
+        raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    try:
+        existing = set(admin.list_topics())
+        missing = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
+        if missing:
+            try:
+                admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                pass
+    except KafkaError as exc:
+        raise EventLogError(f"creating topics on {bootstrap} failed: {exc}") from exc
+    finally:
+        admin.close()
+
+
+class KafkaEventLog:
+    """``EventLog`` on a Kafka topic. ``send_timeout_s`` bounds how long ``append``
+    waits for the broker's acknowledgement (seconds)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str = TOPIC,
+        partitions: int = 6,
+        send_timeout_s: float = 30.0,
+        create_topics: bool = True,
+    ) -> None:
+        self.topic = topic
+        self._bootstrap = bootstrap
+        self._send_timeout_s = send_timeout_s
+        if create_topics:
+            ensure_topics(bootstrap, partitions, (topic, DLQ_TOPIC))
+        try:
+            self._producer = KafkaProducer(
+                bootstrap_servers=bootstrap,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=2,
+                client_id="memledger-ledger",
+            )
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, client_id="memledger-reader"
+            )
+        except KafkaError as exc:
+            raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+        found = self._consumer.partitions_for_topic(topic)
+        if not found:
+            raise EventLogError(f"topic {topic!r} does not exist on {bootstrap}", retriable=False)
+        self._partitions = len(found)
+        self._read_lock = threading.Lock()
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
+
+    def append(self, key: str, value: bytes) -> LogPosition:
+        return self.append_batch([(key, value)])[0]
+
+    def append_batch(self, items: Sequence[tuple[str, bytes]]) -> list[LogPosition]:
+        """Send every record, then wait for all acknowledgements; positions in input order.
+
+        Raises:
+            EventLogError: any record was not acknowledged within ``send_timeout_s``.
+        """
+        try:
+            futures = [self._producer.send(self.topic, key=k.encode("utf-8"), value=v) for k, v in items]
+            self._producer.flush(timeout=self._send_timeout_s)
+            metas = [f.get(timeout=self._send_timeout_s) for f in futures]
+        except KafkaError as exc:
+            raise EventLogError(f"append to {self.topic} on {self._bootstrap} failed: {exc}") from exc
+        return [LogPosition(m.partition, m.offset) for m in metas]
+
+    def read(self, partition: int, from_offset: int, max_records: int = 500) -> list[LogRecord]:
+        tp = TopicPartition(self.topic, partition)
+        with self._read_lock:
+            try:
+                self._consumer.assign([tp])
+                self._consumer.seek(tp, from_offset)
+                end = self._consumer.end_offsets([tp])[tp]
+                if from_offset >= end:
+                    return []
+                out: list[LogRecord] = []
+                while len(out) < max_records:
+                    batch = self._consumer.poll(timeout_ms=1000, max_records=max_records - len(out))
+                    msgs = batch.get(tp, [])
+                    if not msgs:
+                        break
+                    out.extend(
+                        LogRecord(partition, m.offset, (m.key or b"").decode("utf-8", "replace"), m.value, m.timestamp)
+                        for m in msgs
+                    )
+                    if out[-1].offset + 1 >= end:
+                        break
+            except KafkaError as exc:
+                raise EventLogError(f"read of {self.topic}[{partition}] failed: {exc}") from exc
+        return out
+
+    def end_offsets(self) -> dict[int, int]:
+        tps = [TopicPartition(self.topic, p) for p in range(self._partitions)]
+        with self._read_lock:
+            ends = self._consumer.end_offsets(tps)
+        return {tp.partition: int(off) for tp, off in ends.items()}
+
+    def close(self) -> None:
+        self._producer.close(timeout=5)
+        self._consumer.close()
+
+
+class KafkaDeadLetterQueue:
+    """``DeadLetterQueue`` on the ``memory.dlq`` topic. The value is JSON with the
+    projection, source partition and offset, reason, and the original key and value
+    (base64); the record key is the original key."""
+
+    def __init__(self, bootstrap: str, topic: str = DLQ_TOPIC) -> None:
+        self.topic = topic
+        self._bootstrap = bootstrap
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+
+    def put(self, letter: DeadLetter) -> None:
+        body = {
+            "projection": letter.projection,
+            "partition": letter.partition,
+            "offset": letter.offset,
+            "key": letter.key,
+            "value_b64": base64.b64encode(letter.value).decode("ascii"),
+            "reason": letter.reason,
+        }
+        try:
+            self._producer.send(self.topic, key=letter.key.encode("utf-8"), value=json.dumps(body).encode()).get(30)
+        except KafkaError as exc:
+            raise EventLogError(f"dead-lettering to {self.topic} failed: {exc}") from exc
+
+    def list(self, limit: int = 100) -> list[DeadLetter]:
+        consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False, group_id=None)
+        try:
+            parts = consumer.partitions_for_topic(self.topic) or set()
+            tps = [TopicPartition(self.topic, p) for p in parts]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            ends = consumer.end_offsets(tps)
+            out: list[DeadLetter] = []
+            while any(consumer.position(tp) < ends[tp] for tp in tps):
+                for msgs in consumer.poll(timeout_ms=1000).values():
+                    for m in msgs:
+                        b = json.loads(m.value)
+                        out.append(
+                            DeadLetter(b["projection"], b["partition"], b["offset"], b["key"],
+                                       base64.b64decode(b["value_b64"]), b["reason"])
+                        )
+        finally:
+            consumer.close()
+        return out[-limit:]
+
+    def close(self) -> None:
+        self._producer.close(timeout=5)

@@ -1,0 +1,142 @@
+"""The embedded ``EventLog`` adapter: an append-only Postgres table.
+
+Appends are serialised by a transaction-scoped advisory lock, so offsets are gapless
+and become visible in order: a reader never sees offset ``n + 1`` before ``n``.
+Rows are never updated or deleted by this code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from ledger.errors import EventLogError
+from ledger.eventlog import TOPIC, DeadLetter, LogPosition, LogRecord, partition_for
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS memory_events (
+    topic        text        NOT NULL,
+    partition    integer     NOT NULL,
+    "offset"     bigint      NOT NULL,
+    key          text        NOT NULL,
+    value        bytea       NOT NULL,
+    appended_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (topic, partition, "offset")
+);
+"""
+
+
+class PostgresEventLog:
+    """``EventLog`` over a Postgres table; ``partitions`` is fixed at construction."""
+
+    def __init__(self, pool: ConnectionPool, partitions: int = 1, topic: str = TOPIC) -> None:
+        if partitions < 1:
+            raise ValueError("partitions: must be at least 1")
+        self.topic = topic
+        self._partitions = partitions
+        self._pool = pool
+        with pool.connection() as conn:
+            conn.execute(SCHEMA_SQL)
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
+
+    def append(self, key: str, value: bytes) -> LogPosition:
+        return self.append_batch([(key, value)])[0]
+
+    def append_batch(self, items: Sequence[tuple[str, bytes]]) -> list[LogPosition]:
+        """Append all records in one transaction: all of them are durable, or none."""
+        positions: list[LogPosition] = []
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                for partition in sorted({partition_for(k, self._partitions) for k, _ in items}):
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self.topic}/{partition}",))
+                for key, value in items:
+                    partition = partition_for(key, self._partitions)
+                    row = conn.execute(
+                        """
+                        INSERT INTO memory_events (topic, partition, "offset", key, value)
+                        SELECT %s, %s, coalesce(max("offset") + 1, 0), %s, %s
+                          FROM memory_events WHERE topic = %s AND partition = %s
+                        RETURNING "offset"
+                        """,
+                        (self.topic, partition, key, value, self.topic, partition),
+                    ).fetchone()
+                    assert row is not None
+                    positions.append(LogPosition(partition, int(row[0])))
+        except psycopg.Error as exc:
+            raise EventLogError(f"append to {self.topic} failed: {exc}") from exc
+        return positions
+
+    def read(self, partition: int, from_offset: int, max_records: int = 500) -> list[LogRecord]:
+        try:
+            with self._pool.connection() as conn:
+                rows = conn.execute(
+                    """
+                    SELECT "offset", key, value, (extract(epoch FROM appended_at) * 1000)::bigint
+                      FROM memory_events
+                     WHERE topic = %s AND partition = %s AND "offset" >= %s
+                     ORDER BY "offset" LIMIT %s
+                    """,
+                    (self.topic, partition, from_offset, max_records),
+                ).fetchall()
+        except psycopg.Error as exc:
+            raise EventLogError(f"read of {self.topic}[{partition}] failed: {exc}") from exc
+        return [LogRecord(partition, int(o), k, bytes(v), int(ts)) for o, k, v, ts in rows]
+
+    def end_offsets(self) -> dict[int, int]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                'SELECT partition, max("offset") + 1 FROM memory_events WHERE topic = %s GROUP BY partition',
+                (self.topic,),
+            ).fetchall()
+        ends = {p: 0 for p in range(self._partitions)}
+        ends.update({int(p): int(n) for p, n in rows})
+        return ends
+
+    def close(self) -> None:
+        return None
+
+
+DLQ_SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS memory_dlq (
+    id          bigserial PRIMARY KEY,
+    projection  text NOT NULL,
+    partition   integer NOT NULL,
+    "offset"    bigint NOT NULL,
+    key         text NOT NULL,
+    value       bytea NOT NULL,
+    reason      text NOT NULL,
+    failed_at   timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (projection, partition, "offset")
+);
+"""
+
+
+class PostgresDeadLetterQueue:
+    """``DeadLetterQueue`` in a Postgres table (the embedded ``memory.dlq``).
+    Putting the same (projection, partition, offset) twice keeps one letter."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        with pool.connection() as conn:
+            conn.execute(DLQ_SCHEMA_SQL)
+
+    def put(self, letter: DeadLetter) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(
+                'INSERT INTO memory_dlq (projection, partition, "offset", key, value, reason)'
+                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (letter.projection, letter.partition, letter.offset, letter.key, letter.value, letter.reason),
+            )
+
+    def list(self, limit: int = 100) -> list[DeadLetter]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                'SELECT projection, partition, "offset", key, value, reason FROM memory_dlq ORDER BY id DESC LIMIT %s',
+                (limit,),
+            ).fetchall()
+        return [DeadLetter(p, int(pa), int(o), k, bytes(v), r) for p, pa, o, k, v, r in reversed(rows)]

@@ -1,0 +1,92 @@
+"""Principals and grants: who may write, read or erase the memories of which subjects.
+
+Deny by default: a principal with no grant matching a subject may do nothing with it.
+Grants come from a TOML file::
+
+    [principals.support-agent]
+    grants = [
+      { subjects = ["user-*"], actions = ["write", "read"] },
+    ]
+
+``subjects`` are shell-style patterns (``fnmatch``, case-sensitive).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ledger.errors import InvalidCommandError, NotAuthorisedError
+
+Action = Literal["write", "read", "erase"]
+ALL_ACTIONS: tuple[Action, ...] = ("write", "read", "erase")
+
+
+class Grant(BaseModel):
+    """Permission to perform ``actions`` on subjects matching any of ``subjects``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    subjects: tuple[str, ...] = Field(min_length=1)
+    actions: tuple[Action, ...] = Field(min_length=1)
+
+    def allows(self, action: Action, subject_id: str) -> bool:
+        return action in self.actions and any(fnmatch.fnmatchcase(subject_id, p) for p in self.subjects)
+
+
+class Principal(BaseModel):
+    """An authenticated caller (agent service, component or operator) and its grants."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str = Field(min_length=1)
+    grants: tuple[Grant, ...] = ()
+
+    def may(self, action: Action, subject_id: str) -> bool:
+        """True when some grant allows ``action`` on ``subject_id``."""
+        return any(g.allows(action, subject_id) for g in self.grants)
+
+    def require(self, action: Action, subject_id: str) -> None:
+        """Raise ``NotAuthorisedError`` unless a grant allows ``action`` on ``subject_id``."""
+        if not self.may(action, subject_id):
+            raise NotAuthorisedError(self.id, action, subject_id)
+
+
+class _GrantsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    principals: dict[str, dict[str, tuple[Grant, ...]]] = {}
+
+
+def load_principals(path: Path) -> dict[str, Principal]:
+    """Read principals from a grants TOML file.
+
+    Raises:
+        InvalidCommandError: the file is missing, not TOML, or breaks the schema;
+            ``field`` names the file (and the key where known).
+    """
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidCommandError("grants_file", f"{path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidCommandError("grants_file", f"{path} is not valid TOML: {exc}") from None
+    try:
+        parsed = _GrantsFile.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidCommandError(f"grants_file:{where}", first["msg"]) from None
+    out: dict[str, Principal] = {}
+    for pid, body in parsed.principals.items():
+        unknown = set(body) - {"grants"}
+        if unknown:
+            raise InvalidCommandError(f"grants_file:principals.{pid}", f"unknown keys {sorted(unknown)}")
+        out[pid] = Principal(id=pid, grants=body.get("grants", ()))
+    return out
+
+
+def resolve_principal(principals: dict[str, Principal], principal_id: str) -> Principal:
+    """The principal named ``principal_id``, or one with no grants (deny by default)."""
+    return principals.get(principal_id, Principal(id=principal_id))

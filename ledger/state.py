@@ -1,0 +1,170 @@
+"""The ledger's own state in Postgres: the head (latest revision and status) of every
+memory, erasure requests and tombstones.
+
+The head table lets the ledger validate commands (unknown memory, supersession across
+subjects) and assign revisions. Rows are locked ``FOR UPDATE`` while a command runs,
+so two commands on one memory are serialised and revisions never collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS ledger_memories (
+    memory_id     text PRIMARY KEY,
+    subject_id    text NOT NULL,
+    revision      integer NOT NULL,
+    status        text NOT NULL,
+    kind          text NOT NULL,
+    purpose       text NOT NULL,
+    scope_type    text NOT NULL,
+    scope_id      text NOT NULL,
+    key           text,
+    consent_ref   text,
+    turn_id       text,
+    tool_call_id  text,
+    source_ref    text,
+    derived_from  text[] NOT NULL DEFAULT '{}',
+    expires_at    timestamptz,
+    written_at    timestamptz NOT NULL,
+    content_hmac  text
+);
+CREATE INDEX IF NOT EXISTS ledger_memories_subject ON ledger_memories (subject_id);
+CREATE INDEX IF NOT EXISTS ledger_memories_derived ON ledger_memories USING gin (derived_from);
+
+CREATE TABLE IF NOT EXISTS erasure_requests (
+    request_id     text PRIMARY KEY,
+    subject_id     text NOT NULL,
+    request_kind   text NOT NULL,
+    memory_ids     text[] NOT NULL,
+    content_hmacs  text[] NOT NULL DEFAULT '{}',
+    requested_by   text NOT NULL,
+    reason         text NOT NULL,
+    legal_basis    text NOT NULL,
+    requested_at   timestamptz NOT NULL,
+    log_partition  integer,
+    log_offset     bigint
+);
+
+CREATE TABLE IF NOT EXISTS tombstones (
+    memory_id   text PRIMARY KEY,
+    subject_id  text NOT NULL,
+    request_id  text NOT NULL,
+    erased_at   timestamptz NOT NULL
+);
+"""
+
+ACTIVE_STATUSES = ("active", "needs_confirmation")
+
+
+@dataclass(frozen=True)
+class MemoryHead:
+    """The ledger's view of one memory: latest revision and status."""
+
+    memory_id: str
+    subject_id: str
+    revision: int
+    status: str
+    kind: str
+    purpose: str
+    derived_from: tuple[str, ...]
+
+
+def install(conn: psycopg.Connection) -> None:
+    """Create the ledger's tables if missing."""
+    conn.execute(SCHEMA_SQL)
+
+
+def _head(row: tuple[object, ...]) -> MemoryHead:
+    mid, sid, rev, status, kind, purpose, derived = row
+    return MemoryHead(str(mid), str(sid), int(str(rev)), str(status), str(kind), str(purpose), tuple(derived or ()))  # type: ignore[call-overload]
+
+
+_HEAD_COLUMNS = "memory_id, subject_id, revision, status, kind, purpose, derived_from"
+
+
+def lock_heads(conn: psycopg.Connection, memory_ids: Sequence[str]) -> dict[str, MemoryHead]:
+    """Lock and return the heads of the given memories (absent ids are left out)."""
+    rows = conn.execute(
+        f"SELECT {_HEAD_COLUMNS} FROM ledger_memories WHERE memory_id = ANY(%s) ORDER BY memory_id FOR UPDATE",
+        (list(memory_ids),),
+    ).fetchall()
+    return {r[0]: _head(r) for r in rows}
+
+
+def heads_where(conn: psycopg.Connection, subject_id: str, condition: str, params: Sequence[object]) -> list[MemoryHead]:
+    """Lock and return the subject's heads matching an SQL ``condition`` (trusted text)."""
+    rows = conn.execute(
+        f"SELECT {_HEAD_COLUMNS} FROM ledger_memories WHERE subject_id = %s AND ({condition})"
+        " ORDER BY memory_id FOR UPDATE",
+        (subject_id, *params),
+    ).fetchall()
+    return [_head(r) for r in rows]
+
+
+def derived_closure(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:
+    """Every memory derived, directly or transitively, from any of ``memory_ids``
+    (summaries and inferences), excluding the given ids themselves."""
+    found: set[str] = set()
+    frontier = list(memory_ids)
+    while frontier:
+        rows = conn.execute(
+            "SELECT memory_id FROM ledger_memories WHERE derived_from && %s::text[]", (frontier,)
+        ).fetchall()
+        frontier = [r[0] for r in rows if r[0] not in found and r[0] not in memory_ids]
+        found.update(frontier)
+    return sorted(found)
+
+
+def insert_head(
+    conn: psycopg.Connection,
+    *,
+    memory_id: str,
+    subject_id: str,
+    status: str,
+    kind: str,
+    purpose: str,
+    scope_type: str,
+    scope_id: str,
+    key: str | None,
+    consent_ref: str | None,
+    turn_id: str | None,
+    tool_call_id: str | None,
+    source_ref: str | None,
+    derived_from: Sequence[str],
+    expires_at: datetime | None,
+    written_at: datetime,
+    content_hmac: str | None,
+) -> None:
+    """Record a new memory at revision 1."""
+    conn.execute(
+        """
+        INSERT INTO ledger_memories (memory_id, subject_id, revision, status, kind, purpose, scope_type,
+            scope_id, key, consent_ref, turn_id, tool_call_id, source_ref, derived_from, expires_at, written_at, content_hmac)
+        VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+        """,
+        (memory_id, subject_id, status, kind, purpose, scope_type, scope_id, key, consent_ref, turn_id,
+         tool_call_id, source_ref, list(derived_from), expires_at, written_at, content_hmac),
+    )
+
+
+def bump(conn: psycopg.Connection, memory_id: str, revision: int, status: str | None = None) -> None:
+    """Set a memory's revision (and status, when given)."""
+    conn.execute(
+        "UPDATE ledger_memories SET revision = %s, status = coalesce(%s, status) WHERE memory_id = %s",
+        (revision, status, memory_id),
+    )
+
+
+def content_hmacs(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:
+    """The content fingerprints recorded for the given memories (those that have one)."""
+    rows = conn.execute(
+        "SELECT content_hmac FROM ledger_memories WHERE memory_id = ANY(%s) AND content_hmac IS NOT NULL",
+        (list(memory_ids),),
+    ).fetchall()
+    return [r[0] for r in rows]

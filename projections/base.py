@@ -1,0 +1,159 @@
+"""What every projection shares: the ``Projection`` protocol, log positions, erasure
+receipts, and access to memory content through the key store and tombstones.
+
+Position semantics: a projection's position for a partition is the offset of the last
+record it has applied there (or -1); it resumes at position + 1. Postgres projections
+store the position in the same transaction as their rows. Qdrant and Redis projections
+apply idempotent, revision-guarded writes first and store the position after, so a crash
+between the two re-applies harmlessly (DESIGN.md, invariant 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from contracts import Event
+from contracts.memory import SealedText
+from ledger.crypto import Keyring
+from ledger.eventlog import LogPosition
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS projection_positions (
+    projection  text NOT NULL,
+    partition   integer NOT NULL,
+    "offset"    bigint NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (projection, partition)
+);
+CREATE TABLE IF NOT EXISTS erasure_receipts (
+    request_id     text NOT NULL,
+    store          text NOT NULL,
+    projection     text NOT NULL,
+    applied_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    log_partition  integer NOT NULL,
+    log_offset     bigint NOT NULL,
+    items_removed  integer NOT NULL,
+    PRIMARY KEY (request_id, store, projection)
+);
+"""
+
+
+class Projection(Protocol):
+    """A read model folded from the log. ``id`` is ``name_vN`` and is also the name of
+    its consumer group and of its row in ``projection_positions``."""
+
+    name: str
+    version: int
+
+    @property
+    def id(self) -> str: ...
+
+    def positions(self) -> dict[int, int]:
+        """Last applied offset per partition (partitions never seen are absent)."""
+        ...
+
+    def apply(self, event: Event, position: LogPosition) -> None:
+        """Apply one event read at ``position``; a position at or before the stored one
+        is already done and changes nothing. Raises on store failure (retry it)."""
+        ...
+
+    def skip(self, position: LogPosition) -> None:
+        """Advance past a record that was dead-lettered."""
+        ...
+
+    def reset(self) -> None:
+        """Drop and recreate the projection's storage and positions (for a rebuild)."""
+        ...
+
+
+def install(conn: psycopg.Connection) -> None:
+    """Create the shared tables (positions, receipts) if missing."""
+    conn.execute(SCHEMA_SQL)
+
+
+def load_positions(conn: psycopg.Connection, projection: str) -> dict[int, int]:
+    rows = conn.execute(
+        'SELECT partition, "offset" FROM projection_positions WHERE projection = %s', (projection,)
+    ).fetchall()
+    return {int(p): int(o) for p, o in rows}
+
+
+def save_position(conn: psycopg.Connection, projection: str, position: LogPosition) -> None:
+    """Record ``position`` as applied (never moves a position backwards)."""
+    conn.execute(
+        """
+        INSERT INTO projection_positions (projection, partition, "offset") VALUES (%s, %s, %s)
+        ON CONFLICT (projection, partition) DO UPDATE
+           SET "offset" = GREATEST(projection_positions."offset", EXCLUDED."offset"), updated_at = now()
+        """,
+        (projection, position.partition, position.offset),
+    )
+
+
+def already_applied(conn: psycopg.Connection, projection: str, position: LogPosition) -> bool:
+    """True when ``position`` is at or before the stored position (lock held until commit)."""
+    row = conn.execute(
+        'SELECT "offset" FROM projection_positions WHERE projection = %s AND partition = %s FOR UPDATE',
+        (projection, position.partition),
+    ).fetchone()
+    return row is not None and int(row[0]) >= position.offset
+
+
+def clear_positions(conn: psycopg.Connection, projection: str) -> None:
+    conn.execute("DELETE FROM projection_positions WHERE projection = %s", (projection,))
+    conn.execute("DELETE FROM erasure_receipts WHERE projection = %s", (projection,))
+
+
+def write_receipt(
+    conn: psycopg.Connection, request_id: str, store: str, projection: str, position: LogPosition, items: int
+) -> None:
+    """Record that ``store`` applied erasure ``request_id``; the first receipt wins."""
+    conn.execute(
+        """
+        INSERT INTO erasure_receipts (request_id, store, projection, log_partition, log_offset, items_removed)
+        VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
+        """,
+        (request_id, store, projection, position.partition, position.offset, items),
+    )
+
+
+@dataclass
+class ContentAccess:
+    """Opens sealed memory text for projections, honouring erasure: text whose memory is
+    tombstoned or whose data key was destroyed is never returned."""
+
+    pool: ConnectionPool
+    keyring: Keyring
+
+    def open(self, memory_id: str, sealed: SealedText, conn: psycopg.Connection | None = None) -> str | None:
+        """The clear text, or ``None`` if the memory is erased (tombstone or key gone)."""
+        with self._conn(conn) as c:
+            if c.execute("SELECT 1 FROM tombstones WHERE memory_id = %s", (memory_id,)).fetchone():
+                return None
+            return self.keyring.open(c, sealed)
+
+    def tombstoned(self, memory_ids: list[str]) -> set[str]:
+        """Which of ``memory_ids`` have a tombstone."""
+        with self.pool.connection() as c:
+            rows = c.execute("SELECT memory_id FROM tombstones WHERE memory_id = ANY(%s)", (memory_ids,)).fetchall()
+        return {r[0] for r in rows}
+
+    @contextmanager
+    def _conn(self, conn: psycopg.Connection | None) -> Iterator[psycopg.Connection]:
+        if conn is not None:
+            yield conn
+        else:
+            with self.pool.connection() as c:
+                yield c
+
+
+def epoch_s(moment: datetime | None) -> float | None:
+    """Seconds since the Unix epoch (UTC) of an aware datetime, or ``None``."""
+    return None if moment is None else moment.timestamp()

@@ -1,0 +1,149 @@
+"""The cache projection (Redis): recall results per subject, purpose and query, with TTL.
+
+Every event of a subject deletes that subject's cache entries with an explicit DEL
+(never left to TTL) and bumps the subject's generation counter. Recall stores a result
+only if the generation it read before computing is still current (checked atomically in
+a Lua script), so a result computed before an event can never be stored after it.
+An entry's TTL never goes beyond the earliest ``expires_at`` of what it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from psycopg_pool import ConnectionPool
+
+from contracts import ErasureRequested, Event
+from ledger.eventlog import LogPosition
+from projections import base
+
+_PUT_LUA = """
+local current = redis.call('GET', KEYS[1]) or '0'
+if current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('SADD', KEYS[3], KEYS[2])
+return 1
+"""
+
+_INVALIDATE_LUA = """
+local keys = redis.call('SMEMBERS', KEYS[2])
+local removed = 0
+for _, k in ipairs(keys) do removed = removed + redis.call('DEL', k) end
+redis.call('DEL', KEYS[2])
+redis.call('INCR', KEYS[1])
+return removed
+"""
+
+
+class RecallCache:
+    """Read-through cache of recall results in Redis under ``memledger:cache_v{version}:``."""
+
+    def __init__(self, client: redis.Redis, version: int = 1, default_ttl_s: float = 300.0) -> None:
+        self._r = client
+        self.prefix = f"memledger:cache_v{version}:"
+        self.default_ttl_s = default_ttl_s
+        self._put = client.register_script(_PUT_LUA)
+        self._invalidate = client.register_script(_INVALIDATE_LUA)
+
+    def _gen_key(self, subject_id: str) -> str:
+        return f"{self.prefix}subject:{subject_id}:gen"
+
+    def _set_key(self, subject_id: str) -> str:
+        return f"{self.prefix}subject:{subject_id}:keys"
+
+    def entry_key(self, subject_id: str, request: dict[str, Any]) -> str:
+        """The key of a recall request (SHA-256 of its canonical JSON)."""
+        digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:32]
+        return f"{self.prefix}recall:{subject_id}:{digest}"
+
+    def generation(self, subject_id: str) -> str:
+        """The subject's current generation; read it before computing a result."""
+        value = self._r.get(self._gen_key(subject_id))
+        return value.decode() if isinstance(value, bytes) else str(value or "0")
+
+    def get(self, key: str) -> Any | None:
+        raw = self._r.get(key)
+        return None if raw is None else json.loads(raw)
+
+    def put(self, subject_id: str, key: str, generation: str, value: Any, ttl_s: float) -> bool:
+        """Store ``value`` for ``ttl_s`` seconds (rounded up to ms) if ``generation`` is
+        still current; returns whether it was stored. A TTL <= 0 stores nothing."""
+        if ttl_s <= 0:
+            return False
+        ttl_ms = max(1, math.ceil(ttl_s * 1000))
+        stored = self._put(
+            keys=[self._gen_key(subject_id), key, self._set_key(subject_id)],
+            args=[generation, json.dumps(value), ttl_ms],
+        )
+        return bool(stored)
+
+    def invalidate(self, subject_id: str) -> int:
+        """Delete every entry of the subject; returns how many keys were deleted."""
+        return int(self._invalidate(keys=[self._gen_key(subject_id), self._set_key(subject_id)]))
+
+    def entries(self, subject_id: str) -> list[str]:
+        """Live entry keys of the subject (for probes)."""
+        members = self._r.smembers(self._set_key(subject_id))
+        keys = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+        return [k for k in keys if self._r.exists(k)]
+
+    def drop_all(self) -> int:
+        """Delete every key under this cache's prefix (for a rebuild)."""
+        removed = 0
+        for key in self._r.scan_iter(match=f"{self.prefix}*", count=500):
+            removed += int(self._r.delete(key))
+        return removed
+
+
+class CacheProjection:
+    """Drops a subject's cached recall results on every event of that subject."""
+
+    name = "cache"
+
+    def __init__(self, pool: ConnectionPool, cache: RecallCache, version: int = 1) -> None:
+        self.version = version
+        self._pool = pool
+        self.cache = cache
+        with pool.connection() as conn:
+            base.install(conn)
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}_v{self.version}"
+
+    def positions(self) -> dict[int, int]:
+        with self._pool.connection() as conn:
+            return base.load_positions(conn, self.id)
+
+    def skip(self, position: LogPosition) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            base.save_position(conn, self.id, position)
+
+    def reset(self) -> None:
+        self.cache.drop_all()
+        with self._pool.connection() as conn, conn.transaction():
+            base.clear_positions(conn, self.id)
+
+    def apply(self, event: Event, position: LogPosition) -> None:
+        self.apply_batch([(event, position)])
+
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
+        """Invalidate each touched subject once (erasures individually, for their receipts)."""
+        with self._pool.connection() as conn:
+            done = base.load_positions(conn, self.id)
+        todo = [(e, p) for e, p in items if done.get(p.partition, -1) < p.offset]
+        removed: dict[str, int] = {}
+        for subject in dict.fromkeys(e.subject_id for e, _ in todo):
+            removed[subject] = self.cache.invalidate(subject)
+        with self._pool.connection() as conn, conn.transaction():
+            for event, position in todo:
+                if isinstance(event, ErasureRequested):
+                    base.write_receipt(
+                        conn, event.request_id, "cache", self.id, position, removed.get(event.subject_id, 0)
+                    )
+                base.save_position(conn, self.id, position)

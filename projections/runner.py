@@ -1,0 +1,135 @@
+"""Feeding log records to a projection: decode, dead-letter what cannot be decoded,
+apply the rest in order with retries.
+
+A record that is not a valid event goes to the dead-letter queue with its partition,
+offset and reason, and the projection moves past it (invariant 6). A record that is a
+valid event is never skipped: when its store fails, it is retried with exponential
+backoff, and if ``max_attempts`` runs out the projection stops with
+``ProjectionStalledError`` (invariant 3: an erasure is never skipped or dead-lettered).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from contracts import Event, UnknownEventError, decode_event
+from ledger.eventlog import DeadLetter, DeadLetterQueue, EventLog, LogPosition, LogRecord
+from projections.base import Projection
+from projections.errors import ProjectionStalledError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff: ``initial_s`` doubling up to ``max_s`` seconds between
+    attempts; ``max_attempts`` None means retry until the store comes back."""
+
+    initial_s: float = 0.2
+    max_s: float = 10.0
+    max_attempts: int | None = None
+
+
+def _apply_batch(projection: Projection, items: list[tuple[Event, LogPosition]]) -> None:
+    batch = getattr(projection, "apply_batch", None)
+    if batch is not None:
+        batch(items)
+    else:
+        for event, position in items:
+            projection.apply(event, position)
+
+
+class ProjectionRunner:
+    """Runs one projection over records; ``catch_up`` reads the log to its end."""
+
+    def __init__(
+        self,
+        projection: Projection,
+        dlq: DeadLetterQueue,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.projection = projection
+        self._dlq = dlq
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
+
+    def handle(self, records: Sequence[LogRecord]) -> None:
+        """Apply ``records`` (in log order). Raises ``ProjectionStalledError`` if a store
+        stays down beyond the retry policy."""
+        pending: list[tuple[Event, LogPosition]] = []
+        for record in records:
+            try:
+                event = decode_event(record.value)
+            except UnknownEventError as exc:
+                self._with_retry(pending, record)
+                pending = []
+                self._dead_letter(record, exc.reason)
+                continue
+            if event.subject_id != record.key:
+                self._with_retry(pending, record)
+                pending = []
+                self._dead_letter(record, f"subject_id: {event.subject_id!r} differs from the record key {record.key!r}")
+                continue
+            pending.append((event, record.position))
+        if pending:
+            self._with_retry(pending, records[-1])
+
+    def _dead_letter(self, record: LogRecord, reason: str) -> None:
+        log.warning(
+            "%s: dead-lettering partition %d offset %d: %s", self.projection.id, record.partition, record.offset, reason
+        )
+        letter = DeadLetter(self.projection.id, record.partition, record.offset, record.key, record.value, reason)
+        self._call_with_retry(lambda: (self._dlq.put(letter), self.projection.skip(record.position)), record)
+
+    def _with_retry(self, items: list[tuple[Event, LogPosition]], record: LogRecord) -> None:
+        if items:
+            self._call_with_retry(lambda: _apply_batch(self.projection, items), record)
+
+    def _call_with_retry(self, action: Callable[[], object], record: LogRecord) -> None:
+        attempt = 0
+        delay = self._retry.initial_s
+        while True:
+            attempt += 1
+            try:
+                action()
+                return
+            except Exception as exc:  # a store failure of any kind: retry, never skip
+                if self._retry.max_attempts is not None and attempt >= self._retry.max_attempts:
+                    raise ProjectionStalledError(
+                        self.projection.id, record.partition, record.offset, attempt, repr(exc)
+                    ) from exc
+                log.error(
+                    "%s: attempt %d failed near partition %d offset %d (%s); retrying in %.1fs",
+                    self.projection.id, attempt, record.partition, record.offset, exc, delay,
+                )
+                self._sleep(delay)
+                delay = min(delay * 2, self._retry.max_s)
+
+    def lag(self, log_: EventLog) -> dict[int, int]:
+        """Records not yet applied, per partition."""
+        done = self.projection.positions()
+        return {p: max(0, end - (done.get(p, -1) + 1)) for p, end in log_.end_offsets().items()}
+
+    def catch_up(
+        self, log_: EventLog, batch_size: int = 256, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Apply every record from the stored positions to the current end of the log.
+        Returns the number of records handled; ``progress`` gets each batch's size."""
+        handled = 0
+        ends = log_.end_offsets()
+        for partition, end in ends.items():
+            offset = self.projection.positions().get(partition, -1) + 1
+            while offset < end:
+                records = log_.read(partition, offset, min(batch_size, end - offset))
+                if not records:
+                    break
+                self.handle(records)
+                handled += len(records)
+                offset = records[-1].offset + 1
+                if progress is not None:
+                    progress(len(records))
+        return handled

