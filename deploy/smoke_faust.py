@@ -15,6 +15,7 @@ Exit status 0 on success.
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ import uuid
 BOOTSTRAP = os.environ.get("SMOKE_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 TOPIC = "memledger-smoke-faust"
 PARTITIONS = 6
+CONSUMED_RE = re.compile(r"CONSUMED (\S+)")
 
 
 def make_app():
@@ -36,7 +38,7 @@ def make_app():
         "memledger-smoke-faust",
         broker=f"kafka://{BOOTSTRAP}",
         store="memory://",
-        web_enabled=False,  # no HTTP server (and no port to collide on)
+        web_enabled=False,  # NB: `faust worker` ignores this; pass --without-web
         topic_partitions=PARTITIONS,  # for the internal topics faust creates
         datadir=os.environ.get("SMOKE_FAUST_DATADIR", tempfile.gettempdir()),
     )
@@ -45,7 +47,8 @@ def make_app():
     @app.agent(topic)
     async def consume(stream):
         async for value in stream:
-            print("CONSUMED", value.decode(), flush=True)
+            # faust routes print() through its logger: one string per line
+            print(f"CONSUMED {value.decode()}")
 
     return app
 
@@ -72,7 +75,9 @@ def run_check(n_messages: int = 5, timeout: float = 60.0) -> int:
     datadir = tempfile.mkdtemp(prefix="smoke-faust-")
     env = dict(os.environ, SMOKE_KAFKA_BOOTSTRAP=BOOTSTRAP, SMOKE_FAUST_DATADIR=datadir)
     worker = subprocess.Popen(
-        [sys.executable, __file__, "worker", "--loglevel", "info"],
+        # --without-web: the `worker` command overrides the app's web_enabled
+        # (its --with-web flag defaults to on, binding 0.0.0.0:6066).
+        [sys.executable, __file__, "worker", "--without-web", "--loglevel", "info"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -94,7 +99,7 @@ def run_check(n_messages: int = 5, timeout: float = 60.0) -> int:
     start = time.monotonic()
     seen: set[str] = set()
     while time.monotonic() - start < timeout and worker.poll() is None:
-        seen = {ln.split()[1] for ln in list(lines) if ln.startswith("CONSUMED ")} & expected
+        seen = {m.group(1) for ln in list(lines) for m in CONSUMED_RE.finditer(ln)} & expected
         if seen == expected:
             break
         time.sleep(0.2)

@@ -112,9 +112,7 @@ class QdrantClientIndex:
             client = QdrantClient(path=str(root), force_disable_check_same_thread=True)
         except RuntimeError as exc:  # qdrant-client's own lock, held by a foreign process
             lock.release()
-            raise VectorIndexError(
-                f"{what} is owned by another process: {exc}", collection=collection
-            ) from exc
+            raise VectorIndexError(f"{what} is owned by another process: {exc}", collection=collection) from exc
         index = cls(client, collection)
         index._owns_client = True
         index._owner_lock = lock
@@ -124,9 +122,7 @@ class QdrantClientIndex:
     def _engine(self, op: str, memory_id: str | None = None) -> Iterator[None]:
         with self._lock:
             if self._closed:
-                raise VectorIndexError(
-                    f"{op}: index on {self.collection!r} is closed", collection=self.collection
-                )
+                raise VectorIndexError(f"{op}: index on {self.collection!r} is closed", collection=self.collection)
             try:
                 yield
             except VectorIndexError:
@@ -170,16 +166,12 @@ class QdrantClientIndex:
                 return
             for field, kind in PAYLOAD_INDEXES.items():
                 if field not in info.payload_schema:
-                    self.client.create_payload_index(
-                        self.collection, field, field_schema=_SCHEMA[kind], wait=True
-                    )
+                    self.client.create_payload_index(self.collection, field, field_schema=_SCHEMA[kind], wait=True)
 
     def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or replace ``points`` (whole vector and payload); waits until applied."""
         structs = [
-            models.PointStruct(
-                id=self._id(p.memory_id), vector=[float(x) for x in p.vector], payload=dict(p.payload)
-            )
+            models.PointStruct(id=self._id(p.memory_id), vector=[float(x) for x in p.vector], payload=dict(p.payload))
             for p in points
         ]
         if structs:
@@ -200,9 +192,7 @@ class QdrantClientIndex:
         ids: list[models.ExtendedPointId] = [self._id(m) for m in memory_ids]
         if ids:
             with self._engine("delete"):
-                self.client.delete(
-                    self.collection, points_selector=models.PointIdsList(points=ids), wait=True
-                )
+                self.client.delete(self.collection, points_selector=models.PointIdsList(points=ids), wait=True)
 
     def _scroll(self, op: str, flt: models.Filter | None) -> list[str]:
         ids: list[str] = []

@@ -120,9 +120,7 @@ class QdrantEdgeIndex:
     def _engine(self, op: str, memory_id: str | None = None) -> Iterator[None]:
         with self._lock:
             if self._owner_lock is None:
-                raise VectorIndexError(
-                    f"{op}: index on {self.collection!r} is closed", collection=self.collection
-                )
+                raise VectorIndexError(f"{op}: index on {self.collection!r} is closed", collection=self.collection)
             try:
                 yield
             except VectorIndexError:
@@ -181,17 +179,14 @@ class QdrantEdgeIndex:
             except Exception as exc:
                 self._shard = qe.EdgeShard.load(str(self.shard_path))
                 raise VectorIndexError(
-                    f"collection {self.collection!r} exists with another vector config"
-                    f" than {dim}-d cosine: {exc}",
+                    f"collection {self.collection!r} exists with another vector config than {dim}-d cosine: {exc}",
                     collection=self.collection,
                 ) from exc
         self._dim = dim
 
     def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or replace ``points`` (whole vector and payload)."""
-        batch = [
-            qe.Point(self._id(p.memory_id), [float(x) for x in p.vector], dict(p.payload)) for p in points
-        ]
+        batch = [qe.Point(self._id(p.memory_id), [float(x) for x in p.vector], dict(p.payload)) for p in points]
         if batch:
             with self._engine("upsert"):
                 self._open_shard("upsert").update(qe.UpdateOperation.upsert_points(batch))

@@ -12,6 +12,7 @@ Reading never changes a memory (invariant 5).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,7 +26,9 @@ from ledger.principals import Principal
 from projections.cache import RecallCache
 from projections.embedding import Embedder
 from projections.errors import RecallError
-from projections.vector_index import VectorFilter, VectorIndex
+from projections.vector_index import VectorFilter, VectorIndex, VectorIndexError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,10 @@ class RecallResult:
 
     items: list[RecallItem]
     cached: bool = False
+    degraded: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"cached": self.cached, "items": [asdict(i) for i in self.items]}
+        return {"cached": self.cached, "degraded": self.degraded, "items": [asdict(i) for i in self.items]}
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
@@ -148,6 +152,7 @@ class Recall:
             generation = self._cache.generation(subject_id)
         params = {"subject": subject_id, "purpose": purpose, "statuses": statuses, "scopes": scopes, "now": now}
         rankings = [self._fts(query, params)]
+        degraded: list[str] = []
         if self._index is not None and self._embedder is not None:
             flt = VectorFilter(
                 subject_id=subject_id,
@@ -157,7 +162,12 @@ class Recall:
                 not_expired_at=now.timestamp(),
             )
             vector = self._embedder.embed([query])[0]
-            rankings.append([h.memory_id for h in self._index.search(vector, flt, self._candidates)])
+            try:
+                rankings.append([h.memory_id for h in self._index.search(vector, flt, self._candidates)])
+            except VectorIndexError as exc:
+                log.warning("recall without vectors: %s", exc)
+                degraded.append("vectors")
+                rankings.append([])
         fused = rrf(rankings, self._rrf_k)
         top = sorted(fused, key=lambda m: (-fused[m], m))
         rows = self._rows(top, params)
@@ -170,9 +180,9 @@ class Recall:
             items.append(_item(row, fused[memory_id], matched))
             if len(items) == k:
                 break
-        if self._cache is not None and cache_key is not None and generation is not None:
+        if self._cache is not None and cache_key is not None and generation is not None and not degraded:
             self._store(subject_id, cache_key, generation, items, now)
-        return RecallResult(items)
+        return RecallResult(items, degraded=degraded)
 
     def _fts(self, query: str, params: dict[str, Any]) -> list[str]:
         sql = f"""

@@ -245,9 +245,7 @@ def test_find_derived_from(harness: Harness) -> None:
     harness.writer.upsert([x, y, a, b, c])
     assert sorted(harness.reader.find_derived_from([x.memory_id])) == sorted([a.memory_id, b.memory_id])
     assert harness.reader.find_derived_from([y.memory_id]) == [b.memory_id]
-    assert sorted(harness.reader.find_derived_from([y.memory_id, x.memory_id])) == sorted(
-        [a.memory_id, b.memory_id]
-    )
+    assert sorted(harness.reader.find_derived_from([y.memory_id, x.memory_id])) == sorted([a.memory_id, b.memory_id])
     assert harness.reader.find_derived_from([mid()]) == []
     assert harness.reader.find_derived_from([]) == []
 
@@ -329,7 +327,9 @@ def test_filter_not_expired_at(harness: Harness) -> None:
     harness.writer.ensure_collection(DIM)
     never = point(Q)  # expires_at null
     absent = point(Q)
-    absent = VectorPoint(absent.memory_id, absent.vector, {k: v for k, v in absent.payload.items() if k != "expires_at"})
+    absent = VectorPoint(
+        absent.memory_id, absent.vector, {k: v for k, v in absent.payload.items() if k != "expires_at"}
+    )
     expired = point(Q, expires_at=NOW - 1)
     expiring_now = point(Q, expires_at=NOW)
     later = point(Q, expires_at=NOW + 0.5)
@@ -415,6 +415,9 @@ def test_persistence_across_close_and_reopen(open_on_disk: Opener, tmp_path: Pat
     reopened = open_on_disk(tmp_path / "store")
     try:
         assert reopened.count() == 2  # readable before ensure_collection
+        with pytest.raises(VectorIndexError, match="exists with"):
+            reopened.ensure_collection(8)  # checked against the stored config
+        assert reopened.count() == 2
         reopened.ensure_collection(DIM)
         assert reopened.retrieve([kept.memory_id])[kept.memory_id].payload == {**kept.payload, "kind": "semantic"}
         assert ids_of(reopened.search(Q, VectorFilter("s1", kinds=("semantic",)), limit=5)) == [kept.memory_id]
@@ -492,13 +495,14 @@ def test_remote_refuses_writes(served: tuple[QdrantClientIndex, VectorQueryServe
     _, server = served
     remote = RemoteVectorIndex(server.url, COLLECTION)
     p = point(Q)
-    for write in (
+    writes: list[Callable[[], None]] = [
         lambda: remote.ensure_collection(DIM),
         lambda: remote.upsert([p]),
         lambda: remote.set_payload(p.memory_id, {"status": "forgotten"}),
         lambda: remote.delete([p.memory_id]),
-        lambda: remote.drop_collection(),
-    ):
+        remote.drop_collection,
+    ]
+    for write in writes:
         with pytest.raises(VectorIndexError, match=f"read-only: .*owned by the process serving {server.url}"):
             write()
 
@@ -520,9 +524,12 @@ def test_remote_rejects_malformed_requests(served: tuple[QdrantClientIndex, Vect
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with pytest.raises(urllib.error.HTTPError) as caught:
         opener.open(request, timeout=5)
-    with caught.value as error:
+    error = caught.value
+    try:
         assert error.code == 400
         assert b"vector must be a list of numbers" in error.read()
+    finally:
+        error.close()
 
 
 def test_remote_unreachable_names_the_url() -> None:

@@ -1,0 +1,242 @@
+"""``memledger``: the command line of memory-ledger.
+
+Commands that change memories append events and return once the log has them; in the
+embedded mode the projections then run in-process before the command returns. Errors
+are printed as ``error: <field>: <rule>`` with exit status 2, never as a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from pydantic import ValidationError
+
+from contracts import (
+    ContractError,
+    EraseMemories,
+    MemoryWrite,
+    RedactMemory,
+    RevokeConsent,
+    describe_validation_error,
+    utc_now,
+)
+from ledger.errors import LedgerError
+from ledger.service import CommandResult
+from projections.errors import ProjectionError
+from projections.vector_index import VectorIndexError
+from workers import cliutil
+from workers.cliutil import emit, parse_scope, parse_time, project_if_embedded, services
+
+app = typer.Typer(
+    help="memory-ledger: an event-sourced memory ledger for AI agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+
+
+@app.callback()
+def _global(
+    data_dir: Annotated[Path | None, typer.Option(help="data directory (env MEMLEDGER_DATA_DIR)")] = None,
+    principal: Annotated[str | None, typer.Option(help="acting principal (env MEMLEDGER_PRINCIPAL)")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log at INFO")] = False,
+) -> None:
+    cliutil.STATE.data_dir = data_dir
+    cliutil.STATE.principal = principal
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _result(r: CommandResult) -> dict[str, object]:
+    return {
+        "memory_id": r.memory_id,
+        "request_id": r.request_id,
+        "affected": list(r.affected),
+        "events": [{"event_id": e.event_id, "type": e.type} for e in r.events],
+        "positions": [{"partition": p.partition, "offset": p.offset} for p in r.positions],
+    }
+
+
+def _where(r: CommandResult) -> str:
+    return ", ".join(f"partition {p.partition} offset {p.offset}" for p in r.positions)
+
+
+def _memory_write(
+    subject: str, content: str, kind: str, purpose: str, scope: str, key: str | None, sensitivity: str,
+    expires_at: str | None, basis: str, consent_ref: str | None, turn_id: str | None, source_ref: str | None,
+    derived_from: list[str] | None, confirmed: bool, confidence: float | None, veracity: str, writer: str | None,
+) -> MemoryWrite:
+    return MemoryWrite.model_validate(
+        {
+            "subject_id": subject,
+            "kind": kind,
+            "content": content,
+            "purpose": purpose,
+            "scope": parse_scope(scope, subject),
+            "key": key,
+            "sensitivity": sensitivity,
+            "retention": {"basis": basis, "expires_at": parse_time(expires_at, "expires_at")},
+            "provenance": {
+                "writer": writer or cliutil.settings().principal,
+                "written_at": utc_now(),
+                "consent_ref": consent_ref,
+                "turn_id": turn_id,
+                "source_ref": source_ref,
+                "derived_from": tuple(derived_from or ()),
+            },
+            "confirmed": confirmed,
+            "confidence": confidence,
+            "veracity": veracity,
+        }
+    )
+
+
+Purpose = Annotated[str, typer.Option(help="what the memory may be used for, e.g. technical_writing")]
+Kind = Annotated[str, typer.Option(help="preference | fact | inference | task_state | summary")]
+ScopeOpt = Annotated[str, typer.Option(help="subject | document:ID | workspace:ID")]
+
+
+@app.command()
+def write(
+    subject: str,
+    content: str,
+    purpose: Purpose,
+    kind: Kind = "fact",
+    scope: ScopeOpt = "subject",
+    key: Annotated[str | None, typer.Option(help="attribute that is the unit of supersession")] = None,
+    sensitivity: Annotated[str, typer.Option(help="public | internal | personal | restricted")] = "internal",
+    expires_at: Annotated[str | None, typer.Option(help="ISO 8601 UTC time, e.g. 2027-01-01T00:00:00Z")] = None,
+    basis: Annotated[str, typer.Option(help="session | consent | contract | indefinite")] = "indefinite",
+    consent_ref: str | None = None,
+    turn_id: str | None = None,
+    source_ref: str | None = None,
+    derived_from: Annotated[list[str] | None, typer.Option(help="memory id (repeat)")] = None,
+    confirmed: bool = False,
+    confidence: float | None = None,
+    veracity: Annotated[str, typer.Option(help="stated | inferred | imported | tool")] = "stated",
+    writer: Annotated[str | None, typer.Option(help="agent or component identity (default: principal)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a new memory about SUBJECT."""
+    cmd = _memory_write(subject, content, kind, purpose, scope, key, sensitivity, expires_at, basis, consent_ref,
+                        turn_id, source_ref, derived_from, confirmed, confidence, veracity, writer)
+    with services() as svc:
+        r = svc.ledger.write(svc.principal(), cmd)
+        project_if_embedded(svc)
+    emit(as_json, _result(r), lambda: f"wrote memory {r.memory_id} (revision 1) at {_where(r)}")
+
+
+@app.command()
+def supersede(
+    memory_id: str,
+    subject: str,
+    content: str,
+    purpose: Purpose,
+    kind: Kind = "preference",
+    scope: ScopeOpt = "subject",
+    key: str | None = None,
+    sensitivity: str = "internal",
+    expires_at: str | None = None,
+    basis: str = "indefinite",
+    consent_ref: str | None = None,
+    confirmed: bool = True,
+    writer: str | None = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace MEMORY_ID of SUBJECT with a new memory holding CONTENT."""
+    cmd = _memory_write(subject, content, kind, purpose, scope, key, sensitivity, expires_at, basis, consent_ref,
+                        None, None, None, confirmed, None, "stated", writer)
+    with services() as svc:
+        r = svc.ledger.supersede(svc.principal(), memory_id, cmd)
+        project_if_embedded(svc)
+    emit(as_json, _result(r), lambda: f"memory {memory_id} superseded by {r.memory_id} at {_where(r)}")
+
+
+@app.command()
+def confirm(subject: str, memory_id: str, as_json: JsonOpt = False) -> None:
+    """Record that SUBJECT confirmed MEMORY_ID (an inference becomes active)."""
+    with services() as svc:
+        r = svc.ledger.confirm(svc.principal(), subject, memory_id)
+        project_if_embedded(svc)
+    emit(as_json, _result(r), lambda: f"memory {memory_id} confirmed at {_where(r)}")
+
+
+@app.command("revoke-consent")
+def revoke_consent(
+    subject: str,
+    consent_ref: Annotated[str | None, typer.Option(help="revoke every memory given under this consent")] = None,
+    purpose: Annotated[str | None, typer.Option(help="revoke every memory for this purpose")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Withdraw SUBJECT's consent, by consent reference or purpose."""
+    cmd = RevokeConsent(subject_id=subject, consent_ref=consent_ref, purpose=purpose)
+    with services() as svc:
+        r = svc.ledger.revoke_consent(svc.principal(), cmd)
+        project_if_embedded(svc)
+    emit(as_json, _result(r), lambda: f"consent revoked: {len(r.affected)} memories now revoked")
+
+
+@app.command()
+def redact(subject: str, memory_id: str, replacement: str, as_json: JsonOpt = False) -> None:
+    """Replace the text of MEMORY_ID with REPLACEMENT (the redacted text)."""
+    with services() as svc:
+        r = svc.ledger.redact(svc.principal(), subject, RedactMemory(memory_id=memory_id, replacement=replacement))
+        project_if_embedded(svc)
+    emit(as_json, _result(r), lambda: f"memory {memory_id} redacted at {_where(r)}")
+
+
+@app.command()
+def erase(
+    subject: str,
+    memory_ids: Annotated[list[str] | None, typer.Argument(help="memory ids to erase")] = None,
+    whole_subject: Annotated[bool, typer.Option("--all", help="erase every memory of SUBJECT")] = False,
+    reason: Annotated[str, typer.Option(help="why (recorded in the request)")] = "erasure requested by the subject",
+    legal_basis: str = "gdpr-art-17",
+    as_json: JsonOpt = False,
+) -> None:
+    """Erase memories of SUBJECT (and everything derived from them); prints the request id."""
+    cmd = EraseMemories(subject_id=subject, memory_ids=tuple(memory_ids or ()), whole_subject=whole_subject,
+                        reason=reason, legal_basis=legal_basis)
+    with services() as svc:
+        r = svc.ledger.erase(svc.principal(), cmd)
+        project_if_embedded(svc)
+    emit(as_json, _result(r), lambda: f"erasure {r.request_id}: {len(r.affected)} memories, keys destroyed;"
+                                      f" trace it with: memledger trace {r.request_id}")
+
+
+from workers import cli_data, cli_ops  # noqa: E402  (registers the other commands)
+
+cli_ops.register(app)
+cli_data.register(app)
+
+_USER_ERRORS = (LedgerError, ProjectionError, ContractError, VectorIndexError, ValueError)
+
+
+def main() -> None:
+    """Console entry point: run the app, turning known errors into one clear line."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        code = app(standalone_mode=False)
+    except click.exceptions.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ValidationError as exc:
+        print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
+        sys.exit(2)
+    except _USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,152 @@
+"""Operational commands: recall, trace, replay, lag, dlq, worker."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from contracts import utc_now
+from projections.recall import RecallResult
+from projections.trace import render_text, to_json, trace
+from workers.bootstrap import PROJECTION_NAMES
+from workers.cliutil import emit, parse_time, services
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+
+
+def _render_recall(result: RecallResult) -> str:
+    if not result.items:
+        return "no memories recalled"
+    lines = [f"{len(result.items)} memories{' (from cache)' if result.cached else ''}:"]
+    for n, item in enumerate(result.items, start=1):
+        flag = " [unconfirmed]" if item.needs_confirmation else ""
+        prov = item.provenance
+        lines.append(f"{n:>3}. {item.score:.4f} {item.kind}{flag}: {item.content}")
+        lines.append(
+            f"     id {item.memory_id} rev {item.revision}; by {prov.get('writer')} at {prov.get('written_at')}"
+            + (f"; turn {prov['turn_id']}" if prov.get("turn_id") else "")
+            + f"; matched by {'+'.join(item.matched_by)}"
+        )
+    if result.degraded:
+        lines.append(f"note: ranked without {', '.join(result.degraded)} (unreachable)")
+    return "\n".join(lines)
+
+
+def recall(
+    subject: str,
+    query: str,
+    purpose: Annotated[str, typer.Option(help="the task's purpose")],
+    k: Annotated[int, typer.Option(help="how many memories")] = 10,
+    now: Annotated[str | None, typer.Option(help="ISO 8601 time with zone (default: now, UTC)")] = None,
+    scope: Annotated[list[str] | None, typer.Option(help="task scope document:ID or workspace:ID (repeat)")] = None,
+    include_unconfirmed: Annotated[bool, typer.Option(help="also return unconfirmed inferences, marked")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recall SUBJECT's memories for QUERY, for a purpose and task scope."""
+    moment = parse_time(now, "now") or utc_now()
+    with services() as svc:
+        if svc.settings.mode == "embedded":
+            svc.catch_up()
+        result = svc.recall.recall(
+            svc.principal(), subject, purpose, query, moment, k=k, scope_keys=tuple(scope or ()),
+            include_unconfirmed=include_unconfirmed,
+        )
+    emit(as_json, result.to_dict(), lambda: _render_recall(result))
+
+
+def trace_cmd(request_id: str, as_json: JsonOpt = False) -> None:
+    """Show where erasure REQUEST_ID was applied, store by store, with live probes."""
+    with services() as svc:
+        report = trace(svc.pool, request_id, svc.trace_targets())
+    if as_json:
+        print(to_json(report))
+    else:
+        print(render_text(report))
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:>8} ev/s"), TimeRemainingColumn(), transient=False,
+    )
+
+
+def replay(
+    projection: Annotated[str, typer.Argument(help="facts | vectors | cache | summaries")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild PROJECTION from offset 0 into a fresh target (stop its worker first)."""
+    if projection not in PROJECTION_NAMES:
+        raise typer.BadParameter(f"projection: must be one of {', '.join(PROJECTION_NAMES)}")
+    with services(own_vectors=True, projections=(projection,)) as svc:
+        proj = svc.projections[projection]
+        total = sum(svc.log.end_offsets().values())
+        proj.reset()
+        started = time.monotonic()
+        with _progress() as bar:
+            task = bar.add_task(f"replay {proj.id}", total=total, rate="-")
+
+            def step(n: int) -> None:
+                done = bar.tasks[0].completed + n
+                bar.update(task, advance=n, rate=f"{done / max(time.monotonic() - started, 1e-9):.0f}")
+
+            handled = svc.runner(projection).catch_up(svc.log, progress=step if not as_json else None)
+        seconds = time.monotonic() - started
+    out = {"projection": proj.id, "events": handled, "seconds": round(seconds, 3),
+           "events_per_s": round(handled / seconds, 1) if seconds else None}
+    emit(as_json, out, lambda: f"replayed {handled} events into {proj.id} in {seconds:.1f}s")
+
+
+def lag(as_json: JsonOpt = False) -> None:
+    """Records each projection has not applied yet, per partition."""
+    with services(own_vectors=False) as svc:
+        from projections import base
+
+        ends = svc.log.end_offsets()
+        rows = []
+        with svc.pool.connection() as conn:
+            for name in PROJECTION_NAMES:
+                pid = f"{name}_v1"
+                done = base.load_positions(conn, pid)
+                per = {p: max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items()}
+                rows.append({"projection": pid, "lag": sum(per.values()), "per_partition": per})
+    emit(as_json, {"end_offsets": ends, "projections": rows}, lambda: "\n".join(
+        [f"{'projection':<14} {'lag':>8}"] + [f"{r['projection']:<14} {r['lag']:>8}" for r in rows]))
+
+
+def dlq(limit: int = 20, as_json: JsonOpt = False) -> None:
+    """Dead letters: records a projection could not decode, with partition, offset and reason."""
+    with services(own_vectors=False, projections=()) as svc:
+        letters = svc.dlq.list(limit)
+    data = [{"projection": d.projection, "partition": d.partition, "offset": d.offset, "key": d.key,
+             "reason": d.reason} for d in letters]
+    emit(as_json, data, lambda: "\n".join(
+        f"{d['projection']} partition {d['partition']} offset {d['offset']}: {d['reason']}" for d in data
+    ) or "no dead letters")
+
+
+def worker(
+    projection: Annotated[list[str] | None, typer.Option(help="projection(s) to run (repeat; default all)")] = None,
+    poll_interval_s: Annotated[float, typer.Option(help="embedded mode: seconds between polls")] = 0.5,
+) -> None:
+    """Run projections: from Kafka with faust-streaming (one consumer group per projection),
+    or in the embedded mode by polling the Postgres log."""
+    from workers.worker import run_worker
+
+    names = tuple(projection or PROJECTION_NAMES)
+    unknown = [n for n in names if n not in PROJECTION_NAMES]
+    if unknown:
+        raise typer.BadParameter(f"projection: unknown {unknown}; choose from {', '.join(PROJECTION_NAMES)}")
+    run_worker(names, poll_interval_s)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(recall)
+    app.command("trace")(trace_cmd)
+    app.command()(replay)
+    app.command()(lag)
+    app.command()(dlq)
+    app.command()(worker)

@@ -1,0 +1,91 @@
+"""Helpers shared by the CLI modules: building services, parsing, printing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from contracts import Scope
+from workers.bootstrap import PROJECTION_NAMES, Services, build
+from workers.settings import Settings
+
+
+class CliState:
+    """Options given before the command (``memledger --data-dir D --principal P ...``)."""
+
+    data_dir: Path | None = None
+    principal: str | None = None
+
+
+STATE = CliState()
+
+
+def settings() -> Settings:
+    overrides: dict[str, Any] = {}
+    if STATE.data_dir is not None:
+        overrides["data_dir"] = STATE.data_dir
+    if STATE.principal is not None:
+        overrides["principal"] = STATE.principal
+    return Settings(**overrides)
+
+
+@contextmanager
+def services(own_vectors: bool | None = None, projections: tuple[str, ...] = PROJECTION_NAMES) -> Iterator[Services]:
+    """Build services for one command and close them afterwards. In embedded mode the
+    process owns every store; in distributed mode the CLI reads vectors from the server
+    or from the vectors worker."""
+    cfg = settings()
+    own = cfg.mode == "embedded" if own_vectors is None else own_vectors
+    svc = build(cfg, own_vectors=own, projections=projections)
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def project_if_embedded(svc: Services) -> None:
+    """In the embedded mode projections run in-process: apply what was just appended."""
+    if svc.settings.mode == "embedded":
+        svc.catch_up()
+
+
+def parse_time(value: str | None, field: str) -> datetime | None:
+    """Parse ISO 8601 with a zone ("2026-01-01T00:00:00Z"); a naive time is refused."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{field}: not an ISO 8601 time: {value!r}") from None
+    if moment.tzinfo is None:
+        raise typer.BadParameter(f"{field}: must include a timezone, e.g. {value}Z or {value}+00:00")
+    return moment
+
+
+def parse_scope(value: str, subject_id: str) -> Scope:
+    """``subject``, ``document:ID`` or ``workspace:ID``."""
+    if value == "subject":
+        return Scope(type="subject", id=subject_id)
+    kind, _, ident = value.partition(":")
+    if kind not in ("document", "workspace") or not ident:
+        raise typer.BadParameter(f"scope: {value!r} must be subject, document:ID or workspace:ID")
+    return Scope(type=kind, id=ident)  # type: ignore[arg-type]
+
+
+def emit(as_json: bool, data: Any, text: Callable[[], str] | str) -> None:
+    """Print ``data`` as JSON, or the human text."""
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(text() if callable(text) else text)
+
+
+def warn(message: str) -> None:
+    print(message, file=sys.stderr)
