@@ -12,7 +12,7 @@ hold (invariant 2), except erasure, which always applies.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
@@ -124,16 +124,14 @@ class ErasureRequested(Envelope):
 
 
 Event = Annotated[
-    Union[
-        MemoryWritten,
-        SummaryDerived,
-        MemorySuperseded,
-        MemoryConfirmed,
-        MemoryRedacted,
-        ConsentRevoked,
-        RetentionExpired,
-        ErasureRequested,
-    ],
+    MemoryWritten
+    | SummaryDerived
+    | MemorySuperseded
+    | MemoryConfirmed
+    | MemoryRedacted
+    | ConsentRevoked
+    | RetentionExpired
+    | ErasureRequested,
     Field(discriminator="type"),
 ]
 """Any event of the ledger."""

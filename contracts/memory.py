@@ -8,7 +8,6 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.types import (
-    Content,
     Kind,
     NonEmptyStr,
     RetentionBasis,

@@ -7,14 +7,14 @@ an aware datetime in another zone is converted to UTC.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, AwareDatetime, StringConstraints
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
@@ -45,4 +45,4 @@ inferred by an agent 0.7, imported 0.6, produced by a tool 0.5)."""
 
 def utc_now() -> datetime:
     """The current time as a timezone-aware UTC datetime."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

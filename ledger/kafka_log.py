@@ -58,12 +58,13 @@ class KafkaEventLog:
         partitions: int = 6,
         send_timeout_s: float = 30.0,
         create_topics: bool = True,
+        dlq_topic: str = DLQ_TOPIC,
     ) -> None:
         self.topic = topic
         self._bootstrap = bootstrap
         self._send_timeout_s = send_timeout_s
         if create_topics:
-            ensure_topics(bootstrap, partitions, (topic, DLQ_TOPIC))
+            ensure_topics(bootstrap, partitions, (topic, dlq_topic))
         try:
             self._producer = KafkaProducer(
                 bootstrap_servers=bootstrap,
@@ -178,8 +179,14 @@ class KafkaDeadLetterQueue:
                     for m in msgs:
                         b = json.loads(m.value)
                         out.append(
-                            DeadLetter(b["projection"], b["partition"], b["offset"], b["key"],
-                                       base64.b64decode(b["value_b64"]), b["reason"])
+                            DeadLetter(
+                                b["projection"],
+                                b["partition"],
+                                b["offset"],
+                                b["key"],
+                                base64.b64decode(b["value_b64"]),
+                                b["reason"],
+                            )
                         )
         finally:
             consumer.close()

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypedDict
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -51,6 +52,15 @@ log = logging.getLogger(__name__)
 def new_id() -> str:
     """A new UUIDv7 as a string (time-ordered, RFC 9562)."""
     return str(uuid7())
+
+
+class _EnvelopeFields(TypedDict):
+    event_id: str
+    occurred_at: datetime
+    subject_id: str
+    producer: str
+    correlation_id: str
+    causation_id: str | None
 
 
 @dataclass(frozen=True)
@@ -268,8 +278,19 @@ class Ledger:
                     requested_by, reason, legal_basis, requested_at, log_partition, log_offset)
                 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                 """,
-                (request_id, cmd.subject_id, event.request_kind, targets, hmacs, principal.id, cmd.reason,
-                 cmd.legal_basis, now, position.partition, position.offset),
+                (
+                    request_id,
+                    cmd.subject_id,
+                    event.request_kind,
+                    targets,
+                    hmacs,
+                    principal.id,
+                    cmd.reason,
+                    cmd.legal_basis,
+                    now,
+                    position.partition,
+                    position.offset,
+                ),
             )
         return CommandResult((event,), (position,), request_id=request_id, affected=tuple(targets))
 
@@ -277,7 +298,7 @@ class Ledger:
 
     def _envelope(
         self, subject_id: str, now: datetime, correlation_id: str, causation_id: str | None = None
-    ) -> dict[str, object]:
+    ) -> _EnvelopeFields:
         return {
             "event_id": new_id(),
             "occurred_at": now,
@@ -340,8 +361,8 @@ class Ledger:
         )
         envelope = self._envelope(cmd.subject_id, now, correlation_id)
         if cmd.kind == "summary":
-            return SummaryDerived(**envelope, memory_id=memory_id, memory=body)  # type: ignore[arg-type]
-        return MemoryWritten(**envelope, memory_id=memory_id, memory=body)  # type: ignore[arg-type]
+            return SummaryDerived(**envelope, memory_id=memory_id, memory=body)
+        return MemoryWritten(**envelope, memory_id=memory_id, memory=body)
 
     def _one_head(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
@@ -80,9 +81,9 @@ def install(conn: psycopg.Connection) -> None:
     conn.execute(SCHEMA_SQL)
 
 
-def _head(row: tuple[object, ...]) -> MemoryHead:
+def _head(row: tuple[Any, ...]) -> MemoryHead:
     mid, sid, rev, status, kind, purpose, derived = row
-    return MemoryHead(str(mid), str(sid), int(str(rev)), str(status), str(kind), str(purpose), tuple(derived or ()))  # type: ignore[call-overload]
+    return MemoryHead(str(mid), str(sid), int(rev), str(status), str(kind), str(purpose), tuple(derived or ()))
 
 
 _HEAD_COLUMNS = "memory_id, subject_id, revision, status, kind, purpose, derived_from"
@@ -97,7 +98,9 @@ def lock_heads(conn: psycopg.Connection, memory_ids: Sequence[str]) -> dict[str,
     return {r[0]: _head(r) for r in rows}
 
 
-def heads_where(conn: psycopg.Connection, subject_id: str, condition: str, params: Sequence[object]) -> list[MemoryHead]:
+def heads_where(
+    conn: psycopg.Connection, subject_id: str, condition: str, params: Sequence[object]
+) -> list[MemoryHead]:
     """Lock and return the subject's heads matching an SQL ``condition`` (trusted text)."""
     rows = conn.execute(
         f"SELECT {_HEAD_COLUMNS} FROM ledger_memories WHERE subject_id = %s AND ({condition})"
@@ -145,11 +148,28 @@ def insert_head(
     conn.execute(
         """
         INSERT INTO ledger_memories (memory_id, subject_id, revision, status, kind, purpose, scope_type,
-            scope_id, key, consent_ref, turn_id, tool_call_id, source_ref, derived_from, expires_at, written_at, content_hmac)
+            scope_id, key, consent_ref, turn_id, tool_call_id, source_ref, derived_from, expires_at, written_at,
+            content_hmac)
         VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
         """,
-        (memory_id, subject_id, status, kind, purpose, scope_type, scope_id, key, consent_ref, turn_id,
-         tool_call_id, source_ref, list(derived_from), expires_at, written_at, content_hmac),
+        (
+            memory_id,
+            subject_id,
+            status,
+            kind,
+            purpose,
+            scope_type,
+            scope_id,
+            key,
+            consent_ref,
+            turn_id,
+            tool_call_id,
+            source_ref,
+            list(derived_from),
+            expires_at,
+            written_at,
+            content_hmac,
+        ),
     )
 
 

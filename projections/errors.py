@@ -13,7 +13,8 @@ class ProjectionStalledError(ProjectionError):
 
     def __init__(self, projection: str, partition: int, offset: int, attempts: int, cause: str) -> None:
         super().__init__(
-            f"projection {projection} stalled at partition {partition} offset {offset} after {attempts} attempts: {cause}"
+            f"projection {projection} stalled at partition {partition} offset {offset}"
+            f" after {attempts} attempts: {cause}"
         )
         self.projection = projection
         self.partition = partition

@@ -152,10 +152,29 @@ class FactsProjection:
             VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (memory_id) DO NOTHING
             """,
-            (e.memory_id, e.subject_id, e.revision, status, m.kind, text, m.content_hmac, m.key, m.purpose,
-             m.scope.type, m.scope.id, m.sensitivity, m.retention.basis, m.retention.expires_at, m.confirmed,
-             m.confidence, m.veracity, Jsonb(m.provenance.model_dump(mode="json")),
-             list(m.provenance.derived_from), m.provenance.written_at, e.occurred_at),
+            (
+                e.memory_id,
+                e.subject_id,
+                e.revision,
+                status,
+                m.kind,
+                text,
+                m.content_hmac,
+                m.key,
+                m.purpose,
+                m.scope.type,
+                m.scope.id,
+                m.sensitivity,
+                m.retention.basis,
+                m.retention.expires_at,
+                m.confirmed,
+                m.confidence,
+                m.veracity,
+                Jsonb(m.provenance.model_dump(mode="json")),
+                list(m.provenance.derived_from),
+                m.provenance.written_at,
+                e.occurred_at,
+            ),
         )
         return True
 
@@ -203,6 +222,17 @@ class FactsProjection:
                     producer, occurred_at, content_hmac, log_partition, log_offset)
                 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
                 """,
-                (ref.memory_id, ref.revision, e.subject_id, e.type, e.event_id, status, e.producer,
-                 e.occurred_at, hmac, position.partition, position.offset),
+                (
+                    ref.memory_id,
+                    ref.revision,
+                    e.subject_id,
+                    e.type,
+                    e.event_id,
+                    status,
+                    e.producer,
+                    e.occurred_at,
+                    hmac,
+                    position.partition,
+                    position.offset,
+                ),
             )

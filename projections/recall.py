@@ -147,8 +147,8 @@ class Recall:
             cache_key = self._cache.entry_key(subject_id, request)
             hit = self._cache.get(cache_key)
             if hit is not None:
-                items = [RecallItem(**i) for i in hit]
-                return RecallResult([i for i in items if not _expired(i, now)], cached=True)
+                cached = [RecallItem(**i) for i in hit]
+                return RecallResult([i for i in cached if not _expired(i, now)], cached=True)
             generation = self._cache.generation(subject_id)
         params = {"subject": subject_id, "purpose": purpose, "statuses": statuses, "scopes": scopes, "now": now}
         rankings = [self._fts(query, params)]

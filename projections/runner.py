@@ -72,7 +72,9 @@ class ProjectionRunner:
             if event.subject_id != record.key:
                 self._with_retry(pending, record)
                 pending = []
-                self._dead_letter(record, f"subject_id: {event.subject_id!r} differs from the record key {record.key!r}")
+                self._dead_letter(
+                    record, f"subject_id: {event.subject_id!r} differs from the record key {record.key!r}"
+                )
                 continue
             pending.append((event, record.position))
         if pending:
@@ -83,7 +85,12 @@ class ProjectionRunner:
             "%s: dead-lettering partition %d offset %d: %s", self.projection.id, record.partition, record.offset, reason
         )
         letter = DeadLetter(self.projection.id, record.partition, record.offset, record.key, record.value, reason)
-        self._call_with_retry(lambda: (self._dlq.put(letter), self.projection.skip(record.position)), record)
+
+        def put_and_skip() -> None:
+            self._dlq.put(letter)
+            self.projection.skip(record.position)
+
+        self._call_with_retry(put_and_skip, record)
 
     def _with_retry(self, items: list[tuple[Event, LogPosition]], record: LogRecord) -> None:
         if items:
@@ -104,7 +111,12 @@ class ProjectionRunner:
                     ) from exc
                 log.error(
                     "%s: attempt %d failed near partition %d offset %d (%s); retrying in %.1fs",
-                    self.projection.id, attempt, record.partition, record.offset, exc, delay,
+                    self.projection.id,
+                    attempt,
+                    record.partition,
+                    record.offset,
+                    exc,
+                    delay,
                 )
                 self._sleep(delay)
                 delay = min(delay * 2, self._retry.max_s)
@@ -114,9 +126,7 @@ class ProjectionRunner:
         done = self.projection.positions()
         return {p: max(0, end - (done.get(p, -1) + 1)) for p, end in log_.end_offsets().items()}
 
-    def catch_up(
-        self, log_: EventLog, batch_size: int = 256, progress: Callable[[int], None] | None = None
-    ) -> int:
+    def catch_up(self, log_: EventLog, batch_size: int = 256, progress: Callable[[int], None] | None = None) -> int:
         """Apply every record from the stored positions to the current end of the log.
         Returns the number of records handled; ``progress`` gets each batch's size."""
         handled = 0

@@ -106,9 +106,20 @@ class SummariesProjection:
                 scope_id, derived_from, provenance, written_at, expires_at)
             VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (memory_id) DO NOTHING
             """,
-            (e.memory_id, e.subject_id, e.revision, text, m.content_hmac, m.purpose, m.scope.type, m.scope.id,
-             list(m.provenance.derived_from), Jsonb(m.provenance.model_dump(mode="json")),
-             m.provenance.written_at, m.retention.expires_at),
+            (
+                e.memory_id,
+                e.subject_id,
+                e.revision,
+                text,
+                m.content_hmac,
+                m.purpose,
+                m.scope.type,
+                m.scope.id,
+                list(m.provenance.derived_from),
+                Jsonb(m.provenance.model_dump(mode="json")),
+                m.provenance.written_at,
+                m.retention.expires_at,
+            ),
         )
 
     def _drop_derived(self, conn: psycopg.Connection, memory_ids: list[str]) -> int:

@@ -109,7 +109,8 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
                 (ids,),
             ).fetchone()[0],  # type: ignore[index]
             "summaries": conn.execute(
-                f"SELECT count(*) FROM {targets.summaries_table} WHERE memory_id = ANY(%s) OR derived_from && %s::text[]",
+                f"SELECT count(*) FROM {targets.summaries_table}"
+                " WHERE memory_id = ANY(%s) OR derived_from && %s::text[]",
                 (ids, ids),
             ).fetchone()[0],  # type: ignore[index]
             "log": conn.execute(
@@ -120,9 +121,16 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
             "SELECT min(erased_at) FROM tombstones WHERE request_id = %s", (request_id,)
         ).fetchone()[0]  # type: ignore[index]
     report = TraceReport(
-        request_id=request_id, subject_id=subject, request_kind=kind, memory_ids=list(ids),
-        requested_at=requested_at.isoformat(), requested_by=by, reason=reason, legal_basis=basis,
-        log_partition=part, log_offset=off,
+        request_id=request_id,
+        subject_id=subject,
+        request_kind=kind,
+        memory_ids=list(ids),
+        requested_at=requested_at.isoformat(),
+        requested_by=by,
+        reason=reason,
+        legal_basis=basis,
+        log_partition=part,
+        log_offset=off,
     )
     found["vectors"] = _probe_vectors(targets.index, ids)
     found["cache"] = _probe_cache(targets.cache, subject, set(ids))

@@ -40,7 +40,12 @@ class VectorsProjection:
     name = "vectors"
 
     def __init__(
-        self, pool: ConnectionPool, index: VectorIndex, embedder: Embedder, content: base.ContentAccess, version: int = 1
+        self,
+        pool: ConnectionPool,
+        index: VectorIndex,
+        embedder: Embedder,
+        content: base.ContentAccess,
+        version: int = 1,
     ) -> None:
         self.version = version
         self._pool = pool
@@ -97,13 +102,13 @@ class VectorsProjection:
 
     def apply_many(self, events: list[Event]) -> None:
         """Apply events to the index without touching positions (embeds in one batch)."""
-        writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted)]
         texts: dict[str, str] = {}
-        for e in writes:
-            sealed = e.memory.content if isinstance(e, MemoryWritten) else e.content
-            text = self._content.open(e.memory_id, sealed)
-            if text is not None:
-                texts[e.event_id] = text
+        for w in events:
+            if isinstance(w, MemoryWritten | MemoryRedacted):
+                sealed = w.memory.content if isinstance(w, MemoryWritten) else w.content
+                text = self._content.open(w.memory_id, sealed)
+                if text is not None:
+                    texts[w.event_id] = text
         vectors = dict(zip(texts, self._embedder.embed(list(texts.values())), strict=True))
         for e in events:
             if isinstance(e, SummaryDerived):

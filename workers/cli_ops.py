@@ -51,7 +51,13 @@ def recall(
         if svc.settings.mode == "embedded":
             svc.catch_up()
         result = svc.recall.recall(
-            svc.principal(), subject, purpose, query, moment, k=k, scope_keys=tuple(scope or ()),
+            svc.principal(),
+            subject,
+            purpose,
+            query,
+            moment,
+            k=k,
+            scope_keys=tuple(scope or ()),
             include_unconfirmed=include_unconfirmed,
         )
     emit(as_json, result.to_dict(), lambda: _render_recall(result))
@@ -69,8 +75,12 @@ def trace_cmd(request_id: str, as_json: JsonOpt = False) -> None:
 
 def _progress() -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:>8} ev/s"), TimeRemainingColumn(), transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:>8} ev/s"),
+        TimeRemainingColumn(),
+        transient=False,
     )
 
 
@@ -95,8 +105,12 @@ def replay(
 
             handled = svc.runner(projection).catch_up(svc.log, progress=step if not as_json else None)
         seconds = time.monotonic() - started
-    out = {"projection": proj.id, "events": handled, "seconds": round(seconds, 3),
-           "events_per_s": round(handled / seconds, 1) if seconds else None}
+    out = {
+        "projection": proj.id,
+        "events": handled,
+        "seconds": round(seconds, 3),
+        "events_per_s": round(handled / seconds, 1) if seconds else None,
+    }
     emit(as_json, out, lambda: f"replayed {handled} events into {proj.id} in {seconds:.1f}s")
 
 
@@ -113,19 +127,29 @@ def lag(as_json: JsonOpt = False) -> None:
                 done = base.load_positions(conn, pid)
                 per = {p: max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items()}
                 rows.append({"projection": pid, "lag": sum(per.values()), "per_partition": per})
-    emit(as_json, {"end_offsets": ends, "projections": rows}, lambda: "\n".join(
-        [f"{'projection':<14} {'lag':>8}"] + [f"{r['projection']:<14} {r['lag']:>8}" for r in rows]))
+    emit(
+        as_json,
+        {"end_offsets": ends, "projections": rows},
+        lambda: "\n".join([f"{'projection':<14} {'lag':>8}"] + [f"{r['projection']:<14} {r['lag']:>8}" for r in rows]),
+    )
 
 
 def dlq(limit: int = 20, as_json: JsonOpt = False) -> None:
     """Dead letters: records a projection could not decode, with partition, offset and reason."""
     with services(own_vectors=False, projections=()) as svc:
         letters = svc.dlq.list(limit)
-    data = [{"projection": d.projection, "partition": d.partition, "offset": d.offset, "key": d.key,
-             "reason": d.reason} for d in letters]
-    emit(as_json, data, lambda: "\n".join(
-        f"{d['projection']} partition {d['partition']} offset {d['offset']}: {d['reason']}" for d in data
-    ) or "no dead letters")
+    data = [
+        {"projection": d.projection, "partition": d.partition, "offset": d.offset, "key": d.key, "reason": d.reason}
+        for d in letters
+    ]
+    emit(
+        as_json,
+        data,
+        lambda: (
+            "\n".join(f"{d['projection']} partition {d['partition']} offset {d['offset']}: {d['reason']}" for d in data)
+            or "no dead letters"
+        ),
+    )
 
 
 def worker(

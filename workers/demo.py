@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from contracts import EraseMemories, MemoryWrite, decode_event, utc_now
+from contracts import EraseMemories, MemoryWrite, MemoryWritten, decode_event, utc_now
 from ledger.eventlog import read_all
 from projections.trace import render_text, trace
 from workers.bootstrap import PROJECTION_NAMES, Services, build
@@ -22,7 +22,10 @@ PURPOSE = "technical_writing"
 def _write(svc: Services, content: str, **fields: object) -> str:
     now = utc_now()
     body: dict[str, object] = {
-        "subject_id": SUBJECT, "kind": "preference", "content": content, "purpose": PURPOSE,
+        "subject_id": SUBJECT,
+        "kind": "preference",
+        "content": content,
+        "purpose": PURPOSE,
         "scope": {"type": "subject", "id": SUBJECT},
         "provenance": {"writer": "demo-agent", "written_at": now, "turn_id": f"turn-{now.timestamp():.0f}"},
         "confirmed": True,
@@ -38,8 +41,9 @@ def _recall(svc: Services, console: Console, query: str, **kw: object) -> list[s
     result = svc.recall.recall(svc.principal(), SUBJECT, PURPOSE, query, utc_now(), k=5, **kw)  # type: ignore[arg-type]
     console.print(f'  recall "{query}" -> {len(result.items)} items{" (cache)" if result.cached else ""}')
     for item in result.items:
-        console.print(f"    {item.score:.4f} [{item.kind}] {item.content}  (rev {item.revision}, by "
-                      f"{item.provenance['writer']})")
+        console.print(
+            f"    {item.score:.4f} [{item.kind}] {item.content}  (rev {item.revision}, by {item.provenance['writer']})"
+        )
     return [i.memory_id for i in result.items]
 
 
@@ -56,36 +60,68 @@ def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
         console.print("2. an agent writes what it learned about alice")
         pref = _write(svc, "Alice prefers short answers without preamble", key="answer_length")
         fact = _write(svc, "Alice runs PostgreSQL 16 and Kafka in production", kind="fact")
-        _write(svc, "For the Q3 board deck, Alice wants bullet points only",
-               scope={"type": "document", "id": "q3-deck"})
+        _write(
+            svc, "For the Q3 board deck, Alice wants bullet points only", scope={"type": "document", "id": "q3-deck"}
+        )
         later = utc_now() + timedelta(days=30)
-        _write(svc, "Alice is probably a backend engineer", kind="inference", confirmed=False,
-               veracity="inferred", provenance={"writer": "demo-agent", "written_at": utc_now(),
-                                               "derived_from": [fact]},
-               retention={"basis": "session", "expires_at": later})
+        _write(
+            svc,
+            "Alice is probably a backend engineer",
+            kind="inference",
+            confirmed=False,
+            veracity="inferred",
+            provenance={"writer": "demo-agent", "written_at": utc_now(), "derived_from": [fact]},
+            retention={"basis": "session", "expires_at": later},
+        )
         ids = _recall(svc, console, "how long should answers about our database setup be")
         checks.append(("recall leaves out the document-scoped and unconfirmed memories", len(ids) == 2))
 
         console.print("3. alice changes her mind: the preference is superseded")
-        new_pref = svc.ledger.supersede(svc.principal(), pref, MemoryWrite.model_validate({
-            "subject_id": SUBJECT, "kind": "preference", "key": "answer_length", "purpose": PURPOSE,
-            "content": "Alice now prefers detailed answers with code examples",
-            "scope": {"type": "subject", "id": SUBJECT}, "confirmed": True,
-            "provenance": {"writer": "demo-agent", "written_at": utc_now()}})).memory_id
+        new_pref = svc.ledger.supersede(
+            svc.principal(),
+            pref,
+            MemoryWrite.model_validate(
+                {
+                    "subject_id": SUBJECT,
+                    "kind": "preference",
+                    "key": "answer_length",
+                    "purpose": PURPOSE,
+                    "content": "Alice now prefers detailed answers with code examples",
+                    "scope": {"type": "subject", "id": SUBJECT},
+                    "confirmed": True,
+                    "provenance": {"writer": "demo-agent", "written_at": utc_now()},
+                }
+            ),
+        ).memory_id
         ids = _recall(svc, console, "how long should answers be")
         checks.append(("only the new preference is recalled", new_pref in ids and pref not in ids))
 
         console.print("4. a summary is derived from both memories")
-        svc.ledger.write(svc.principal(), MemoryWrite.model_validate({
-            "subject_id": SUBJECT, "kind": "summary", "purpose": PURPOSE,
-            "content": "Alice: detailed answers with code; runs PostgreSQL and Kafka",
-            "scope": {"type": "subject", "id": SUBJECT},
-            "provenance": {"writer": "demo-summariser", "written_at": utc_now(), "derived_from": [new_pref, fact]}}))
+        svc.ledger.write(
+            svc.principal(),
+            MemoryWrite.model_validate(
+                {
+                    "subject_id": SUBJECT,
+                    "kind": "summary",
+                    "purpose": PURPOSE,
+                    "content": "Alice: detailed answers with code; runs PostgreSQL and Kafka",
+                    "scope": {"type": "subject", "id": SUBJECT},
+                    "provenance": {
+                        "writer": "demo-summariser",
+                        "written_at": utc_now(),
+                        "derived_from": [new_pref, fact],
+                    },
+                }
+            ),
+        )
         svc.catch_up()
 
         console.print("5. alice asks to erase the PostgreSQL fact (derived memories go with it)")
-        erased = svc.ledger.erase(svc.principal(), EraseMemories(
-            subject_id=SUBJECT, memory_ids=(fact,), reason="subject request via support ticket"))
+        erased = svc.ledger.erase(
+            svc.principal(),
+            EraseMemories(subject_id=SUBJECT, memory_ids=(fact,), reason="subject request via support ticket"),
+        )
+        assert erased.request_id is not None
         console.print(f"  request {erased.request_id}: {len(erased.affected)} memories, data keys destroyed")
         svc.catch_up()
         ids = _recall(svc, console, "PostgreSQL Kafka production")
@@ -103,8 +139,10 @@ def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
             n = svc.runner(name).catch_up(svc.log)
             console.print(f"  {proj.id}: {n} events replayed")
         report = trace(svc.pool, erased.request_id, svc.trace_targets())
-        console.print(f"  after replay: trace verdict {report.verdict}; probes: "
-                      + ", ".join(f"{s.store} {s.probe}" for s in report.stores))
+        console.print(
+            f"  after replay: trace verdict {report.verdict}; probes: "
+            + ", ".join(f"{s.store} {s.probe}" for s in report.stores)
+        )
         ids = _recall(svc, console, "PostgreSQL Kafka production")
         checks.append(("nothing erased came back after replay", fact not in ids and report.verdict != "failed"))
 
@@ -112,8 +150,8 @@ def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
         with svc.pool.connection() as conn:
             for record in read_all(svc.log):
                 event = decode_event(record.value)
-                if getattr(event, "memory_id", None) == fact and event.type == "MemoryWritten":
-                    text = svc.keyring.open(conn, event.memory.content)  # type: ignore[union-attr]
+                if isinstance(event, MemoryWritten) and event.memory_id == fact:
+                    text = svc.keyring.open(conn, event.memory.content)
                     console.print(f"  offset {record.offset}: MemoryWritten {fact}: content -> {text!r}")
                     checks.append(("the log copy cannot be decrypted", text is None))
     finally:

@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     qdrant_path: Path | None = None
     vector_engine: Literal["edge", "client"] = "edge"
     vector_query_url: str = "http://127.0.0.1:16334"
+    topic: str = Field(default="memory.events", min_length=1)
+    dlq_topic: str = Field(default="memory.dlq", min_length=1)
     partitions: int = Field(default=6, ge=1, le=1000)
     master_key: SecretStr | None = None
     grants_file: Path | None = None

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
-from ledger.eventlog import TOPIC, LogRecord
+from ledger.eventlog import LogRecord
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
@@ -65,8 +65,7 @@ def _run_embedded(settings: Settings, names: Sequence[str], poll_interval_s: flo
 def _supervise(names: Sequence[str]) -> None:
     """Start one child worker per projection; stop them all on SIGTERM/SIGINT or when one dies."""
     children = {
-        name: subprocess.Popen([sys.executable, "-m", "workers", "worker", "--projection", name])
-        for name in names
+        name: subprocess.Popen([sys.executable, "-m", "workers", "worker", "--projection", name]) for name in names
     }
     stopping = False
 
@@ -108,6 +107,7 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
         f"memledger.{projection.id}",
         broker=f"kafka://{settings.kafka_bootstrap}",
         store="memory://",
+        datadir=str(settings.data_dir / "faust" / projection.id),
         web_enabled=False,
         topic_allow_declare=False,
         topic_disable_leader=True,
@@ -116,7 +116,7 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
         broker_commit_interval=1.0,
         producer_acks=-1,
     )
-    topic = app.topic(TOPIC, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+    topic = app.topic(settings.topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
     @app.agent(topic)
     async def project(stream: Any) -> None:
@@ -124,24 +124,27 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
         async for events in stream.take_events(batch_size, within=within_s):
             records = [
                 LogRecord(
-                    e.message.partition, e.message.offset, (e.message.key or b"").decode("utf-8", "replace"),
-                    e.message.value, int((e.message.timestamp or 0) * 1000),
+                    e.message.partition,
+                    e.message.offset,
+                    (e.message.key or b"").decode("utf-8", "replace"),
+                    e.message.value,
+                    int((e.message.timestamp or 0) * 1000),
                 )
                 for e in events
             ]
             records.sort(key=lambda r: (r.partition, r.offset))
             await loop.run_in_executor(None, runner.handle, records)
 
-    @app.on_shutdown.connect
-    async def close(*_: Any, **__: Any) -> None:
+    print(
+        f"worker: {projection.id} on {settings.kafka_bootstrap}, consumer group memledger.{projection.id}", flush=True
+    )
+    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    try:
+        worker.execute_from_commandline()
+    finally:
         if server is not None:
             server.stop()
         svc.close()
-
-    print(f"worker: {projection.id} on {settings.kafka_bootstrap}, consumer group memledger.{projection.id}",
-          flush=True)
-    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
-    worker.execute_from_commandline()
 
 
 def _maybe_serve_vectors(svc: Services, name: str) -> Any:
