@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # deploy/common.sh — shared settings for the deploy/*.sh service scripts.
 # Sourced, not run. Derives every path from this file's location, so the
 # scripts work from any clone and any working directory.
@@ -50,9 +51,11 @@ wait_pid_gone() {
     return 1
 }
 
-# Download the Kafka broker jars from Maven Central (once; atomically).
+# Download the Kafka broker jars from Maven Central (once per version of
+# deploy/kafka/pom.xml; atomically).
 ensure_kafka_libs() {
-    [ -f "$KAFKA_LIBS/.complete" ] && return 0
+    local stamp; stamp="$(cksum <"$DEPLOY_DIR/kafka/pom.xml")"
+    [ "$(cat "$KAFKA_LIBS/.complete" 2>/dev/null)" = "$stamp" ] && return 0
     command -v mvn >/dev/null || die "mvn not found (run deploy/install.sh)"
     log "downloading Kafka jars with Maven into $KAFKA_LIBS"
     local tmp="$KAFKA_LIBS.tmp.$$" mvn_log="$DEPLOY_DIR/.cache/mvn.log"
@@ -65,7 +68,7 @@ ensure_kafka_libs() {
         rm -rf "$tmp"
         die "Maven could not fetch the Kafka jars"
     fi
-    touch "$tmp/.complete"
+    echo "$stamp" >"$tmp/.complete"
     rm -rf "$KAFKA_LIBS"
     mv "$tmp" "$KAFKA_LIBS"
 }

@@ -4,6 +4,7 @@
 # only when missing, and the Kafka broker jars (Maven Central) when missing.
 # Safe to run on every `services.sh up`; a no-op when all is in place.
 set -euo pipefail
+# shellcheck source=deploy/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 missing=()

@@ -6,6 +6,7 @@
 # on first use; data, config and logs go to $MEMLEDGER_RUN_DIR/kafka (default .run/kafka).
 # Topics are NOT auto-created: clients must create them (6 partitions by default).
 set -euo pipefail
+# shellcheck source=deploy/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 KDIR="$RUN_DIR/kafka"
@@ -49,8 +50,10 @@ start() {
     make_run_dir
     mkdir -p "$KDIR/data" "$KDIR/logs"
     write_config
-    local java_opts=(
-        ${KAFKA_HEAP_OPTS:--Xmx512m -Xms256m}
+    local heap java_opts
+    read -ra heap <<<"${KAFKA_HEAP_OPTS:--Xmx512m -Xms256m}"
+    java_opts=(
+        "${heap[@]}"
         -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError
         -Djava.awt.headless=true
         -Dkafka.logs.dir="$KDIR/logs"

@@ -6,25 +6,37 @@
 # Run as root, the server runs as the "postgres" OS user; otherwise as yourself.
 # Durability is off (fsync=off): this is test data only.
 set -euo pipefail
+# shellcheck source=deploy/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-
-PG_DIR="$RUN_DIR/postgres"
-PG_DATA="$PG_DIR/data"
-PG_LOG="$PG_DIR/postgres.log"
-
-PG_BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
-[ -n "$PG_BIN" ] || die "PostgreSQL server not installed (run deploy/install.sh)"
 
 # Run a command as the database's OS user.
 as_pg() {
     if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
+
+# The server's OS user must reach its data dir. If the run dir sits in a
+# private folder (e.g. a clone under /root), keep the data in /tmp instead.
+pg_dir() {
+    make_run_dir
+    if as_pg test -x "$RUN_DIR"; then
+        echo "$RUN_DIR/postgres"
+    else
+        echo "${TMPDIR:-/tmp}/memledger-postgres-$(echo "$RUN_DIR" | cksum | cut -d' ' -f1)"
+    fi
+}
+PG_DIR="$(pg_dir)"
+PG_DATA="$PG_DIR/data"
+PG_LOG="$PG_DIR/postgres.log"
+
+PG_BIN="$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin 2>/dev/null | sort -V | tail -n 1 || true)"
+[ -n "$PG_BIN" ] || die "PostgreSQL server not installed (run deploy/install.sh)"
+
 pg_ctl() { as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" "$@"; }
 is_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; }
 psql_q() { "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -XAtq "$@"; }
 
 init_cluster() {
-    make_run_dir
+    [ "$PG_DIR" = "$RUN_DIR/postgres" ] || log "the postgres user cannot reach $RUN_DIR; using $PG_DIR"
     mkdir -p "$PG_DIR"
     if [ "$(id -u)" = 0 ]; then chown postgres: "$PG_DIR"; fi
     as_pg test -w "$PG_DIR" || die "the postgres OS user cannot write $PG_DIR (check the permissions of its parent folders)"

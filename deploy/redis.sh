@@ -3,14 +3,16 @@
 # for tests on 127.0.0.1:16379, no persistence, daemonized; pid file and log
 # in $MEMLEDGER_RUN_DIR/redis (default .run/redis).
 set -euo pipefail
+# shellcheck source=deploy/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 R_DIR="$RUN_DIR/redis"
 PID_FILE="$R_DIR/redis.pid"
 R_LOG="$R_DIR/redis.log"
 
-command -v redis-server >/dev/null && command -v redis-cli >/dev/null \
-    || die "redis-server/redis-cli not installed (run deploy/install.sh)"
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    die "redis-server/redis-cli not installed (run deploy/install.sh)"
+fi
 
 cli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
 is_ready() { [ "$(cli ping 2>/dev/null)" = PONG ]; }

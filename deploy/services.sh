@@ -6,6 +6,7 @@
 #   status  one line per service; non-zero if any is not running
 #   env     print `export` lines for the tests:  eval "$(bash deploy/services.sh env)"
 set -euo pipefail
+# shellcheck source=deploy/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 SERVICES=(postgres redis kafka)

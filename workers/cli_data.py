@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from workers.cliutil import emit, services
@@ -24,7 +25,13 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int], Non
     if not enabled:
         yield lambda stage, done, total: None
         return
-    bars = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    bars = Progress(
+        TextColumn("{task.description:<24}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
     tasks: dict[str, TaskID] = {}
     with bars:
 

@@ -6,6 +6,7 @@ import time
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from contracts import utc_now
@@ -96,14 +97,14 @@ def replay(
         total = sum(svc.log.end_offsets().values())
         proj.reset()
         started = time.monotonic()
-        with _progress() as bar:
+        with _progress(not as_json) as bar:
             task = bar.add_task(f"replay {proj.id}", total=total, rate="-")
 
             def step(n: int) -> None:
                 done = bar.tasks[0].completed + n
                 bar.update(task, advance=n, rate=f"{done / max(time.monotonic() - started, 1e-9):.0f}")
 
-            handled = svc.runner(projection).catch_up(svc.log, progress=step if not as_json else None)
+            handled = svc.runner(projection).catch_up(svc.log, progress=step)
         seconds = time.monotonic() - started
     out = {
         "projection": proj.id,

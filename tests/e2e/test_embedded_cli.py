@@ -1,0 +1,60 @@
+"""The embedded default through the CLI, and bad input at the CLI boundary."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import Cli
+
+pytestmark = pytest.mark.e2e
+
+PURPOSE = "technical_writing"
+
+
+def test_write_recall_erase_trace_replay(embedded_cli: Cli) -> None:
+    a = embedded_cli.json("write", "alice", "Alice prefers tabs over spaces", "--purpose", PURPOSE)["memory_id"]
+    b = embedded_cli.json("write", "alice", "Alice uses a Dvorak keyboard", "--purpose", PURPOSE)["memory_id"]
+    items = embedded_cli.json("recall", "alice", "tabs or spaces", "--purpose", PURPOSE)["items"]
+    assert items[0]["memory_id"] == a and items[0]["provenance"]["writer"] == "cli"
+    request = embedded_cli.json("erase", "alice", b)["request_id"]
+    report = embedded_cli.json("trace", request)
+    assert report["verdict"] == "complete"
+    assert {s["store"] for s in report["stores"]} == {"facts", "history", "vectors", "cache", "summaries", "log"}
+    for projection in ("facts", "vectors", "cache", "summaries"):
+        embedded_cli.json("replay", projection)
+    assert embedded_cli.json("trace", request)["verdict"] == "complete"
+    ids = [i["memory_id"] for i in embedded_cli.json("recall", "alice", "Dvorak keyboard", "--purpose", PURPOSE)["items"]]
+    assert b not in ids
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("write", "alice", "x", "--purpose", PURPOSE, "--confidence", "1.5"), "confidence"),
+        (("write", "alice", "x", "--purpose", PURPOSE, "--expires-at", "2030-01-01T00:00:00"), "expires_at"),
+        (("write", "alice", "x", "--purpose", PURPOSE, "--expires-at", "2001-01-01T00:00:00Z"), "retention.expires_at"),
+        (("write", " ", "x", "--purpose", PURPOSE), "subject_id"),
+        (("write", "alice", "x", "--purpose", PURPOSE, "--kind", "rumour"), "kind"),
+        (("write", "alice", "x", "--purpose", PURPOSE, "--scope", "planet:mars"), "scope"),
+        (("recall", "alice", "x", "--purpose", PURPOSE, "--now", "2026-01-01T00:00:00"), "now"),
+        (("supersede", "no-such-id", "alice", "x", "--purpose", PURPOSE), "memory_id"),
+        (("confirm", "alice", "no-such-id"), "memory_id"),
+        (("revoke-consent", "alice"), "consent_ref"),
+        (("erase", "alice"), "memory_ids"),
+        (("trace", "er-unknown"), "request_id"),
+        (("--principal", "stranger", "write", "alice", "x", "--purpose", PURPOSE), "may not write"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(embedded_cli: Cli, args: tuple[str, ...], expected: str) -> None:
+    proc = embedded_cli.run(*args, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+    lag = embedded_cli.json("lag")
+    assert sum(lag["end_offsets"].values()) == 0  # nothing reached the log
+
+
+def test_demo_runs_to_the_end(embedded_cli: Cli, tmp_path: object) -> None:
+    proc = embedded_cli.run("demo", "--data-dir", str(embedded_cli.env["MEMLEDGER_DATA_DIR"]) + "-demo",
+                            "--embedder", "hashing")
+    assert "demo finished: every check held" in proc.stdout

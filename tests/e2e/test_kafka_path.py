@@ -1,0 +1,123 @@
+"""The distributed path end to end: CLI write -> Kafka -> faust workers (one consumer
+group per projection) -> all four stores -> recall; a worker killed with SIGKILL
+mid-stream; an erasure followed by a replay."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.e2e.conftest import Cli, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+PURPOSE = "technical_writing"
+
+
+def count(dsn: str, sql: str, *params: Any) -> int:
+    try:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(sql, params).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return -1
+    return int(row[0]) if row else 0
+
+
+def lag_zero(cli: Cli) -> bool:
+    data = cli.json("lag")
+    return all(p["lag"] == 0 for p in data["projections"]) and sum(data["end_offsets"].values()) > 0
+
+
+def write(cli: Cli, subject: str, content: str, *extra: str) -> str:
+    out = cli.json("write", subject, content, "--purpose", PURPOSE, "--kind", "preference", *extra)
+    return str(out["memory_id"])
+
+
+def test_write_reaches_all_four_stores_and_recall(kafka_cli: Cli) -> None:
+    dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
+    a = write(kafka_cli, "alice", "Alice prefers answers with Go code samples")
+    b = write(kafka_cli, "alice", "Alice deploys on Kubernetes")
+    kafka_cli.run("write", "alice", "Alice: Go samples, Kubernetes", "--purpose", PURPOSE, "--kind", "summary",
+                  "--derived-from", a, "--derived-from", b)
+    kafka_cli.start_worker()
+    wait_until(lambda: lag_zero(kafka_cli), what="every projection to catch up", logs=kafka_cli.worker_logs)
+    assert count(dsn, "SELECT count(*) FROM facts_v1") == 2
+    assert count(dsn, "SELECT count(*) FROM summaries_v1") == 1
+    result = kafka_cli.json("recall", "alice", "Go code samples", "--purpose", PURPOSE)
+    assert result["items"][0]["memory_id"] == a
+    assert "vector" in result["items"][0]["matched_by"], result  # answered by the vectors worker
+    assert result["items"][0]["provenance"]["writer"] == "cli"
+    again = kafka_cli.json("recall", "alice", "Go code samples", "--purpose", PURPOSE)
+    assert again["cached"] is True  # the cache store holds the result
+    write(kafka_cli, "alice", "Alice moved to Nomad")
+    wait_until(lambda: not kafka_cli.json("recall", "alice", "Go code samples", "--purpose", PURPOSE)["cached"],
+               what="the cache projection to drop alice's entries", logs=kafka_cli.worker_logs)
+
+
+def test_sigkilled_worker_restarts_and_applies_each_event_exactly_once(kafka_cli: Cli) -> None:
+    dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
+    write(kafka_cli, "warmup", "first")
+    worker = kafka_cli.start_worker()
+    wait_until(lambda: lag_zero(kafka_cli), what="the workers to start", logs=kafka_cli.worker_logs)
+    total = 120
+
+    def produce() -> None:
+        for n in range(total):
+            kafka_cli.run("write", f"user-{n % 7}", f"memory number {n} about topic {n % 11}", "--purpose", PURPOSE)
+
+    # writes through the CLI are slow (one process each); kill while they are flowing
+    writer = threading.Thread(target=produce)
+    writer.start()
+    wait_until(lambda: count(dsn, "SELECT count(*) FROM facts_v1") >= 10, what="some events applied")
+    kafka_cli.kill(worker)  # SIGKILL to the supervisor and every projection process
+    writer.join()
+    kafka_cli.start_worker()
+    wait_until(lambda: lag_zero(kafka_cli), timeout_s=180, what="catch-up after restart", logs=kafka_cli.worker_logs)
+    assert count(dsn, "SELECT count(*) FROM facts_v1") == total + 1
+    assert count(dsn, "SELECT count(*) FROM facts_history_v1") == total + 1
+    assert count(dsn, "SELECT count(DISTINCT content) FROM facts_v1") == total + 1
+    stats = kafka_cli.json("lag")
+    assert all(p["lag"] == 0 for p in stats["projections"])
+
+
+def test_erasure_then_replay_keeps_it_erased(kafka_cli: Cli) -> None:
+    dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
+    keep = write(kafka_cli, "carol", "Carol likes espresso")
+    gone = write(kafka_cli, "carol", "Carol lives at 12 Elm Street")
+    worker = kafka_cli.start_worker()
+    wait_until(lambda: lag_zero(kafka_cli), what="catch-up", logs=kafka_cli.worker_logs)
+    request = kafka_cli.json("erase", "carol", gone, "--reason", "subject request")["request_id"]
+    wait_until(lambda: kafka_cli.json("trace", request)["verdict"] == "complete", what="erasure complete",
+               logs=kafka_cli.worker_logs)
+    kafka_cli.kill(worker)
+    for projection in ("facts", "vectors", "cache", "summaries"):
+        out = kafka_cli.json("replay", projection)
+        assert out["events"] >= 3
+    assert count(dsn, "SELECT count(*) FROM facts_v1 WHERE memory_id = %s OR content LIKE '%%Elm%%'", gone) == 0
+    kafka_cli.start_worker()
+    wait_until(lambda: lag_zero(kafka_cli), what="catch-up after replay", logs=kafka_cli.worker_logs)
+    report = kafka_cli.json("trace", request)
+    assert report["verdict"] == "complete", report
+    items = kafka_cli.json("recall", "carol", "Elm Street address", "--purpose", PURPOSE)["items"]
+    assert gone not in [i["memory_id"] for i in items]
+    assert keep in [i["memory_id"] for i in kafka_cli.json("recall", "carol", "espresso", "--purpose", PURPOSE)["items"]]
+
+
+def test_malformed_event_on_the_topic_goes_to_the_dlq(kafka_cli: Cli) -> None:
+    from kafka import KafkaProducer
+
+    write(kafka_cli, "dave", "Dave writes Haskell")  # creates the topics
+    producer = KafkaProducer(bootstrap_servers=kafka_cli.env["MEMLEDGER_KAFKA_BOOTSTRAP"])
+    producer.send(kafka_cli.env["MEMLEDGER_TOPIC"], key=b"dave", value=b'{"type": "MemoryExploded"}').get(30)
+    producer.close()
+    after = write(kafka_cli, "dave", "Dave also writes OCaml")
+    kafka_cli.start_worker()
+    wait_until(lambda: lag_zero(kafka_cli), what="catch-up past the bad record", logs=kafka_cli.worker_logs)
+    letters = kafka_cli.json("dlq")
+    assert {d["projection"] for d in letters} == {"facts_v1", "vectors_v1", "cache_v1", "summaries_v1"}
+    assert all("MemoryExploded" in d["reason"] or "type" in d["reason"] for d in letters)
+    dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
+    assert count(dsn, "SELECT count(*) FROM facts_v1 WHERE memory_id = %s", after) == 1

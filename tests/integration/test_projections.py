@@ -1,0 +1,189 @@
+"""Every projection against its real store (Postgres, Redis, Qdrant local engine),
+driven by the ledger through the Postgres event log and in-process runners."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts import (
+    EraseMemories,
+    MemoryConfirmed,
+    MemorySuperseded,
+    RedactMemory,
+    RevokeConsent,
+    utc_now,
+)
+from ledger.eventlog import LogPosition
+from projections.trace import trace
+from tests.builders import PURPOSE, later, memory_write
+from workers.bootstrap import PROJECTION_NAMES, Services, build
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def svc(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
+    services = build(
+        Settings(
+            data_dir=tmp_path / "data", postgres_dsn=fresh_dsn, redis_url=redis_url, vector_engine="client",
+            embedder="hashing",
+        )
+    )
+    yield services
+    services.close()
+
+
+def one(svc: Services, sql: str, *params: Any) -> Any:
+    with svc.pool.connection() as conn:
+        row = conn.execute(sql, params).fetchone()
+    return None if row is None else row[0] if len(row) == 1 else row
+
+
+def recall_ids(svc: Services, query: str, subject: str = "alice", **kw: Any) -> list[str]:
+    result = svc.recall.recall(svc.principal(), subject, PURPOSE, query, utc_now(), **kw)
+    return [i.memory_id for i in result.items]
+
+
+def test_facts_row_history_and_full_text(svc: Services) -> None:
+    r = svc.ledger.write(svc.principal(), memory_write(content="Alice deploys with Kubernetes"))
+    svc.catch_up()
+    row = one(svc, "SELECT status, revision, content, tsv @@ to_tsquery('english', 'kubernetes') FROM facts_v1"
+                   " WHERE memory_id = %s", r.memory_id)
+    assert row == ("active", 1, "Alice deploys with Kubernetes", True)
+    assert one(svc, "SELECT event_type FROM facts_history_v1 WHERE memory_id = %s", r.memory_id) == "MemoryWritten"
+
+
+def test_applying_a_record_twice_or_an_older_revision_changes_nothing(svc: Services) -> None:
+    r = svc.ledger.write(svc.principal(), memory_write())
+    svc.catch_up()
+    facts = svc.projections["facts"]
+    written = r.events[0]
+    before = one(svc, "SELECT count(*), max(revision) FROM facts_history_v1")
+    facts.apply(written, r.positions[0])  # same position again: already applied
+    assert one(svc, "SELECT count(*), max(revision) FROM facts_history_v1") == before
+    env = {"subject_id": "alice", "producer": "test", "correlation_id": "c", "occurred_at": utc_now()}
+    facts.apply(MemoryConfirmed(event_id="e3", memory_id=r.memory_id, revision=3, **env), LogPosition(0, 100))
+    facts.apply(
+        MemorySuperseded(event_id="e2", memory_id=r.memory_id, revision=2, superseded_by="x", **env),
+        LogPosition(0, 101),
+    )
+    assert one(svc, "SELECT status, revision FROM facts_v1 WHERE memory_id = %s", r.memory_id) == ("active", 3)
+
+
+def test_vectors_payload_and_lifecycle(svc: Services) -> None:
+    p = svc.principal()
+    r = svc.ledger.write(p, memory_write(content="Alice likes Rust", retention={"expires_at": later(), "basis": "consent"}))
+    svc.catch_up()
+    assert svc.index is not None
+    point = svc.index.retrieve([r.memory_id])[r.memory_id]
+    assert point.payload["subject_id"] == "alice" and point.payload["purpose"] == PURPOSE
+    assert point.payload["scope_key"] == "subject:alice" and point.payload["status"] == "active"
+    assert point.payload["revision"] == 1 and point.payload["model"] == svc.embedder.model_name
+    assert point.payload["expires_at"] == pytest.approx(later().timestamp(), abs=60)
+    svc.ledger.redact(p, "alice", RedactMemory(memory_id=r.memory_id, replacement="Alice likes [redacted]"))
+    svc.catch_up()
+    assert svc.index.retrieve([r.memory_id])[r.memory_id].payload["revision"] == 2
+    new = svc.ledger.supersede(p, r.memory_id, memory_write(content="Alice likes Go"))
+    svc.catch_up()
+    assert r.memory_id not in svc.index.retrieve([r.memory_id])
+    assert new.memory_id in svc.index.retrieve([new.memory_id or ""])
+
+
+def test_cache_entry_dropped_by_any_event_of_the_subject_and_ttl_bounded(svc: Services) -> None:
+    p = svc.principal()
+    expires = later(100 / 86400)  # 100 s from now, well under the 300 s default TTL
+    svc.ledger.write(p, memory_write(content="Alice reads Kafka docs", retention={"expires_at": expires,
+                                                                                  "basis": "session"}))
+    svc.catch_up()
+    assert svc.cache is not None
+    recall_ids(svc, "Kafka docs")
+    keys = svc.cache.entries("alice")
+    assert len(keys) == 1
+    ttl_ms = svc.cache._r.pttl(keys[0])  # noqa: SLF001 - reading the store itself
+    assert 0 < ttl_ms <= 100_000
+    assert svc.recall.recall(p, "alice", PURPOSE, "Kafka docs", utc_now()).cached
+    svc.ledger.write(p, memory_write(subject="alice", content="unrelated"))
+    svc.catch_up()
+    assert svc.cache.entries("alice") == []
+    assert not svc.recall.recall(p, "alice", PURPOSE, "Kafka docs", utc_now()).cached
+
+
+def test_summaries_dropped_when_a_source_is_invalidated(svc: Services) -> None:
+    p = svc.principal()
+    a = svc.ledger.write(p, memory_write(content="Alice uses vim")).memory_id
+    b = svc.ledger.write(p, memory_write(content="Alice uses tmux")).memory_id
+    assert a and b
+    s1 = svc.ledger.write(p, memory_write(kind="summary", content="Alice: vim and tmux",
+                                          provenance={"writer": "s", "written_at": utc_now(),
+                                                      "derived_from": [a, b]})).memory_id
+    s2 = svc.ledger.write(p, memory_write(kind="summary", content="Alice: tmux",
+                                          provenance={"writer": "s", "written_at": utc_now(),
+                                                      "derived_from": [b]})).memory_id
+    svc.catch_up()
+    assert one(svc, "SELECT count(*) FROM summaries_v1") == 2
+    svc.ledger.supersede(p, a, memory_write(content="Alice uses emacs"))
+    svc.catch_up()
+    assert one(svc, "SELECT array_agg(memory_id) FROM summaries_v1") == [s2]
+    assert s1 not in recall_ids(svc, "vim tmux")  # summaries are not facts either
+
+
+def test_recall_rules(svc: Services) -> None:
+    p = svc.principal()
+    visible = svc.ledger.write(p, memory_write(content="Alice wants Python examples")).memory_id
+    svc.ledger.write(p, memory_write(subject="bob", content="Bob wants Python examples"))
+    svc.ledger.write(p, memory_write(content="Python examples for marketing", purpose="marketing"))
+    doc = svc.ledger.write(p, memory_write(content="Python examples in the deck",
+                                           scope={"type": "document", "id": "deck"})).memory_id
+    inf = svc.ledger.write(p, memory_write(kind="inference", confirmed=False, content="Alice knows Python well",
+                                           provenance={"writer": "x", "written_at": utc_now(),
+                                                       "derived_from": [visible]})).memory_id
+    revoked = svc.ledger.write(p, memory_write(content="Alice Python consent", provenance={
+        "writer": "x", "written_at": utc_now(), "consent_ref": "c-1"})).memory_id
+    svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", consent_ref="c-1"))
+    svc.catch_up()
+    assert recall_ids(svc, "Python examples") == [visible]
+    assert set(recall_ids(svc, "Python examples", scope_keys=("document:deck",))) == {visible, doc}
+    assert set(recall_ids(svc, "Python", include_unconfirmed=True)) == {visible, inf}
+    assert revoked not in recall_ids(svc, "Python consent", include_unconfirmed=True)
+    items = svc.recall.recall(p, "alice", PURPOSE, "Python", utc_now()).items
+    assert all(i.provenance["writer"] for i in items)
+
+
+def test_erasure_reaches_every_store_and_survives_replay(svc: Services) -> None:
+    p = svc.principal()
+    keep = svc.ledger.write(p, memory_write(content="Alice prefers dark mode")).memory_id
+    gone = svc.ledger.write(p, memory_write(content="Alice's phone is 555-0100")).memory_id
+    assert gone
+    svc.ledger.write(p, memory_write(kind="summary", content="Alice: dark mode, phone 555-0100",
+                                     provenance={"writer": "s", "written_at": utc_now(), "derived_from": [keep, gone]}))
+    svc.catch_up()
+    assert gone in recall_ids(svc, "phone 555-0100")
+    request = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone,), reason="test"))
+    svc.catch_up()
+    assert request.request_id
+    report = trace(svc.pool, request.request_id, svc.trace_targets())
+    assert report.verdict == "complete", report
+    for name in PROJECTION_NAMES:
+        svc.projections[name].reset()
+        svc.runner(name).catch_up(svc.log)
+    assert gone not in recall_ids(svc, "phone 555-0100")
+    assert one(svc, "SELECT count(*) FROM facts_v1 WHERE content LIKE '%%555-0100%%'") == 0
+    assert one(svc, "SELECT count(*) FROM summaries_v1 WHERE content LIKE '%%555-0100%%'") == 0
+    assert svc.index is not None and svc.index.retrieve([gone]) == {}
+    assert trace(svc.pool, request.request_id, svc.trace_targets()).verdict == "complete"
+    assert keep in recall_ids(svc, "dark mode")
+
+
+def test_malformed_record_goes_to_the_dlq_and_the_projection_goes_on(svc: Services) -> None:
+    svc.log.append("alice", b"{not json")
+    r = svc.ledger.write(svc.principal(), memory_write(content="after the bad record"))
+    svc.catch_up()
+    letters = svc.dlq.list()
+    assert {d.projection for d in letters} == {f"{n}_v1" for n in PROJECTION_NAMES}
+    assert all(d.offset == 0 and d.partition == 0 and "JSON" in d.reason for d in letters)
+    assert one(svc, "SELECT count(*) FROM facts_v1 WHERE memory_id = %s", r.memory_id) == 1
