@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
+import typer.exceptions
 from pydantic import ValidationError
 
 from contracts import (
@@ -286,12 +286,18 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         code = app(standalone_mode=False)
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("aborted", file=sys.stderr)
         sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except typer.exceptions.TyperException as exc:  # usage errors: bad option, missing argument
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        sys.exit(int(getattr(exc, "exit_code", 2)))
     except ValidationError as exc:
         print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
         sys.exit(2)

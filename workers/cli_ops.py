@@ -74,14 +74,16 @@ def trace_cmd(request_id: str, as_json: JsonOpt = False) -> None:
         print(render_text(report))
 
 
-def _progress() -> Progress:
+def _progress(enabled: bool) -> Progress:
+    """Progress on stderr, so that ``--json`` output on stdout stays clean."""
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[rate]:>8} ev/s"),
         TimeRemainingColumn(),
-        transient=False,
+        console=Console(stderr=True),
+        disable=not enabled,
     )
 
 
