@@ -5,7 +5,9 @@ Field meanings follow DESIGN.md ("The memory record").
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from contracts.types import (
     Kind,
@@ -16,6 +18,11 @@ from contracts.types import (
     UtcDatetime,
     Veracity,
 )
+
+
+Base64Text = Annotated[str, StringConstraints(min_length=1, max_length=360_000, pattern=r"^[A-Za-z0-9_=-]+$")]
+"""URL-safe base64 text, up to 360,000 characters (a sealed 65,536-character memory of
+multi-byte text fits)."""
 
 
 class Frozen(BaseModel):
@@ -66,8 +73,8 @@ class SealedText(Frozen):
     """
 
     key_id: NonEmptyStr
-    nonce: NonEmptyStr
-    ciphertext: NonEmptyStr
+    nonce: Base64Text
+    ciphertext: Base64Text
 
 
 class MemoryBody(Frozen):

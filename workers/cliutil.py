@@ -12,7 +12,6 @@ from typing import Any
 
 import typer
 
-from contracts import Scope
 from workers.bootstrap import PROJECTION_NAMES, Services, build
 from workers.settings import Settings
 
@@ -69,14 +68,15 @@ def parse_time(value: str | None, field: str) -> datetime | None:
     return moment
 
 
-def parse_scope(value: str, subject_id: str) -> Scope:
-    """``subject``, ``document:ID`` or ``workspace:ID``."""
+def parse_scope(value: str, subject_id: str) -> dict[str, str]:
+    """``subject``, ``document:ID`` or ``workspace:ID`` as the ``scope`` field of a command
+    (validated with the command, so errors name ``scope.id``)."""
     if value == "subject":
-        return Scope(type="subject", id=subject_id)
+        return {"type": "subject", "id": subject_id}
     kind, _, ident = value.partition(":")
     if kind not in ("document", "workspace") or not ident:
         raise typer.BadParameter(f"scope: {value!r} must be subject, document:ID or workspace:ID")
-    return Scope(type=kind, id=ident)  # type: ignore[arg-type]
+    return {"type": kind, "id": ident}
 
 
 def emit(as_json: bool, data: Any, text: Callable[[], str] | str) -> None:

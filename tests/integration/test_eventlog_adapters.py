@@ -9,9 +9,11 @@ import uuid
 from collections.abc import Iterator
 from types import ModuleType
 
+import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
+from ledger.errors import EventLogError
 from ledger.eventlog import DeadLetter, EventLog, read_all
 from ledger.postgres_log import PostgresDeadLetterQueue, PostgresEventLog
 from tests.eventlog_contract import EventLogContract, MakeLog
@@ -22,10 +24,10 @@ KAFKA_IMPORT_WARNS = pytest.mark.xfail(
     strict=True,
     raises=DeprecationWarning,
     reason=(
-        "source bug: kafka-python 3.0.x (allowed by pyproject's kafka-python>=2.2,<4) calls the deprecated "
-        "importlib.resources.read_text when imported on Python 3.11, and pyproject.toml's filterwarnings "
-        "(error, with ignores only for faust/mode/venusian) turns that into an error: ledger.kafka_log "
-        "cannot be imported under pytest"
+        "source bug (pyproject.toml): kafka-python 3.0.x, allowed by kafka-python>=2.2,<4, calls the "
+        "deprecated importlib.resources.read_text/open_text while being imported on Python 3.11, and "
+        "[tool.pytest.ini_options] filterwarnings ('error', ignoring only faust/mode/venusian) turns that "
+        "into an error, so ledger.kafka_log cannot be imported under pytest. Remove this mark once fixed."
     ),
 )
 """Marks every Kafka test. The Kafka modules are imported inside the tests (``_kafka``),
@@ -157,6 +159,36 @@ def test_postgres_dead_letter_queue_round_trip(pool: ConnectionPool) -> None:
     assert PostgresDeadLetterQueue(pool).list() == [*letters, other]
 
 
+def test_postgres_log_failures_are_event_log_errors(fresh_dsn: str) -> None:
+    with ConnectionPool(fresh_dsn, min_size=1, max_size=1, open=True) as own_pool:
+        log = PostgresEventLog(own_pool, partitions=2)
+        log.append("user-1", b"v")
+    # the pool is closed now: the store is unreachable
+    with pytest.raises(EventLogError) as info:
+        log.append("user-1", b"w")
+    assert info.value.retriable
+    assert log.topic in str(info.value)
+    with pytest.raises(EventLogError):
+        log.append_batch([("user-1", b"x"), ("user-2", b"y")])
+    with pytest.raises(EventLogError):
+        log.read(0, 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=psycopg.Error,
+    reason=(
+        "source bug: ledger/postgres_log.py PostgresDeadLetterQueue.put (and list) let psycopg errors "
+        "escape, although the DeadLetterQueue protocol (ledger/eventlog.py) says put raises EventLogError"
+    ),
+)
+def test_postgres_dead_letter_queue_failure_is_an_event_log_error(fresh_dsn: str) -> None:
+    with ConnectionPool(fresh_dsn, min_size=1, max_size=1, open=True) as own_pool:
+        dlq = PostgresDeadLetterQueue(own_pool)
+    with pytest.raises(EventLogError):
+        dlq.put(_letters()[0])
+
+
 # --------------------------------------------------------------------------- Kafka
 
 
@@ -225,7 +257,8 @@ def test_kafka_dead_letter_queue_round_trip(kafka_bootstrap: str) -> None:
         "source bug: ledger/kafka_log.py KafkaDeadLetterQueue.list concatenates records in poll "
         "order (grouped by partition), so on a multi-partition DLQ topic (ensure_topics gives "
         "memory.dlq as many partitions as memory.events) letters are not 'newest last' and "
-        "list(limit=n) does not return the n most recent"
+        "list(limit=n) does not return the n most recent (until pyproject.toml lets kafka be imported, "
+        "this test fails earlier, on the import)"
     ),
 )
 def test_kafka_dead_letter_queue_lists_newest_last_on_a_partitioned_topic(kafka_bootstrap: str) -> None:

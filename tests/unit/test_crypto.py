@@ -12,7 +12,6 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from psycopg_pool import ConnectionPool
-from pydantic import ValidationError
 
 from contracts import SealedText
 from ledger.crypto import Keyring, new_master_key, parse_master_key
@@ -54,20 +53,16 @@ def test_seal_open_round_trip(installed: ConnectionPool, keyring: Keyring, text:
         assert keyring.open(conn, sealed) == text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValidationError,
-    reason=(
-        "source bug: contracts/memory.py SealedText.ciphertext (line 71) is a NonEmptyStr, capped at 512 "
-        "characters (contracts/types.py line 23), so Keyring.seal raises pydantic.ValidationError for any "
-        "text over 368 UTF-8 bytes although MemoryWrite.content allows 65,536 characters"
-    ),
+@pytest.mark.parametrize(
+    ("char", "length"),
+    [("x", 368), ("x", 369), ("x", 1_000), ("x", 65_536), ("🙂", 65_536)],
+    ids=["368", "369", "1000", "65536", "65536-4-byte"],
 )
-@pytest.mark.parametrize("length", [369, 1_000, 65_536])
 def test_seal_accepts_every_content_length_a_command_allows(
-    installed: ConnectionPool, keyring: Keyring, length: int
+    installed: ConnectionPool, keyring: Keyring, char: str, length: int
 ) -> None:
-    text = "x" * length
+    """Regression: sealing failed for text over 368 UTF-8 bytes (SealedText capped ciphertext at 512)."""
+    text = char * length
     with installed.connection() as conn:
         sealed = keyring.seal(conn, "user-1", f"m-{length}", text)
         assert keyring.open(conn, sealed) == text

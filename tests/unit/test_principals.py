@@ -266,3 +266,18 @@ def test_invalid_grant_names_the_field(tmp_path: Path, text: str, field: str) ->
     with pytest.raises(InvalidCommandError) as info:
         load_principals(_write(tmp_path, text))
     assert info.value.field.startswith(f"grants_file:{field}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValidationError,
+    reason=(
+        "source bug: ledger/principals.py line 86 builds Principal(id=pid) outside the try block, so an "
+        'empty principal name ([principals.""]) escapes load_principals as pydantic.ValidationError '
+        "instead of the documented InvalidCommandError"
+    ),
+)
+def test_empty_principal_name_is_an_invalid_grants_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidCommandError) as info:
+        load_principals(_write(tmp_path, '[principals.""]\ngrants = []\n'))
+    assert info.value.field.startswith("grants_file")

@@ -6,7 +6,7 @@ import math
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections.recall import rrf
@@ -70,6 +70,7 @@ def test_empty_ranker_contributes_nothing() -> None:
     assert rrf([["a", "b"], []], k=60) == rrf([["a", "b"]], k=60)
 
 
+@settings(deadline=None)
 @given(
     rankings=st.lists(
         st.lists(st.sampled_from("abcdefghij"), unique=True, max_size=10),
@@ -89,6 +90,7 @@ def test_matches_the_formula(rankings: list[list[str]], k: int) -> None:
         assert score > 0
 
 
+@settings(deadline=None)
 @given(
     rankings=st.lists(st.lists(st.sampled_from("abcdef"), unique=True, max_size=6), min_size=1, max_size=4),
 )

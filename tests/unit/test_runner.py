@@ -355,8 +355,8 @@ def test_stalled_event_is_not_skipped_on_the_next_run() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "source bug: projections/runner.py handle() passes records[-1] (or the next malformed "
-        "record) to _with_retry, so when a batch stalls ProjectionStalledError names the "
+        "source bug: projections/runner.py handle() (lines 68, 73, 81) passes the next malformed record "
+        "or records[-1] to _with_retry, so when a batch stalls ProjectionStalledError names the "
         "batch's last offset (4), not the offset of the record that failed (2)"
     ),
 )
