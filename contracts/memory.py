@@ -19,7 +19,6 @@ from contracts.types import (
     Veracity,
 )
 
-
 Base64Text = Annotated[str, StringConstraints(min_length=1, max_length=360_000, pattern=r"^[A-Za-z0-9_=-]+$")]
 """URL-safe base64 text, up to 360,000 characters (a sealed 65,536-character memory of
 multi-byte text fits)."""

@@ -173,23 +173,24 @@ class KafkaDeadLetterQueue:
             consumer.assign(tps)
             consumer.seek_to_beginning(*tps)
             ends = consumer.end_offsets(tps)
-            out: list[DeadLetter] = []
+            found: list[tuple[int, int, int, DeadLetter]] = []
             while any(consumer.position(tp) < ends[tp] for tp in tps):
                 for msgs in consumer.poll(timeout_ms=1000).values():
                     for m in msgs:
                         b = json.loads(m.value)
-                        out.append(
-                            DeadLetter(
-                                b["projection"],
-                                b["partition"],
-                                b["offset"],
-                                b["key"],
-                                base64.b64decode(b["value_b64"]),
-                                b["reason"],
-                            )
+                        letter = DeadLetter(
+                            b["projection"],
+                            b["partition"],
+                            b["offset"],
+                            b["key"],
+                            base64.b64decode(b["value_b64"]),
+                            b["reason"],
                         )
+                        found.append((m.timestamp, m.partition, m.offset, letter))
         finally:
             consumer.close()
+        found.sort(key=lambda f: f[:3])  # put order: broker timestamps, then position
+        out = [f[3] for f in found]
         return out[-limit:]
 
     def close(self) -> None:

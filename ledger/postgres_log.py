@@ -88,11 +88,14 @@ class PostgresEventLog:
         return [LogRecord(partition, int(o), k, bytes(v), int(ts)) for o, k, v, ts in rows]
 
     def end_offsets(self) -> dict[int, int]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                'SELECT partition, max("offset") + 1 FROM memory_events WHERE topic = %s GROUP BY partition',
-                (self.topic,),
-            ).fetchall()
+        try:
+            with self._pool.connection() as conn:
+                rows = conn.execute(
+                    'SELECT partition, max("offset") + 1 FROM memory_events WHERE topic = %s GROUP BY partition',
+                    (self.topic,),
+                ).fetchall()
+        except psycopg.Error as exc:
+            raise EventLogError(f"reading the end of {self.topic} failed: {exc}") from exc
         ends = {p: 0 for p in range(self._partitions)}
         ends.update({int(p): int(n) for p, n in rows})
         return ends
@@ -126,17 +129,24 @@ class PostgresDeadLetterQueue:
             conn.execute(DLQ_SCHEMA_SQL)
 
     def put(self, letter: DeadLetter) -> None:
-        with self._pool.connection() as conn:
-            conn.execute(
-                'INSERT INTO memory_dlq (projection, partition, "offset", key, value, reason)'
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (letter.projection, letter.partition, letter.offset, letter.key, letter.value, letter.reason),
-            )
+        try:
+            with self._pool.connection() as conn:
+                conn.execute(
+                    'INSERT INTO memory_dlq (projection, partition, "offset", key, value, reason)'
+                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (letter.projection, letter.partition, letter.offset, letter.key, letter.value, letter.reason),
+                )
+        except psycopg.Error as exc:
+            raise EventLogError(f"dead-lettering failed: {exc}") from exc
 
     def list(self, limit: int = 100) -> list[DeadLetter]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                'SELECT projection, partition, "offset", key, value, reason FROM memory_dlq ORDER BY id DESC LIMIT %s',
-                (limit,),
-            ).fetchall()
+        try:
+            with self._pool.connection() as conn:
+                rows = conn.execute(
+                    'SELECT projection, partition, "offset", key, value, reason FROM memory_dlq'
+                    " ORDER BY id DESC LIMIT %s",
+                    (limit,),
+                ).fetchall()
+        except psycopg.Error as exc:
+            raise EventLogError(f"reading dead letters failed: {exc}") from exc
         return [DeadLetter(p, int(pa), int(o), k, bytes(v), r) for p, pa, o, k, v, r in reversed(rows)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -54,9 +54,14 @@ class Principal(BaseModel):
             raise NotAuthorisedError(self.id, action, subject_id)
 
 
+class _PrincipalEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    grants: tuple[Grant, ...] = ()
+
+
 class _GrantsFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    principals: dict[str, dict[str, tuple[Grant, ...]]] = {}
+    principals: dict[Annotated[str, Field(min_length=1)], _PrincipalEntry] = {}
 
 
 def load_principals(path: Path) -> dict[str, Principal]:
@@ -77,16 +82,17 @@ def load_principals(path: Path) -> dict[str, Principal]:
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise InvalidCommandError(f"grants_file:{where}", first["msg"]) from None
-    out: dict[str, Principal] = {}
-    for pid, body in parsed.principals.items():
-        unknown = set(body) - {"grants"}
-        if unknown:
-            raise InvalidCommandError(f"grants_file:principals.{pid}", f"unknown keys {sorted(unknown)}")
-        out[pid] = Principal(id=pid, grants=body.get("grants", ()))
-    return out
+        rule = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise InvalidCommandError(f"grants_file:{where}", rule) from None
+    return {pid: Principal(id=pid, grants=entry.grants) for pid, entry in parsed.principals.items()}
 
 
 def resolve_principal(principals: dict[str, Principal], principal_id: str) -> Principal:
-    """The principal named ``principal_id``, or one with no grants (deny by default)."""
+    """The principal named ``principal_id``, or one with no grants (deny by default).
+
+    Raises:
+        InvalidCommandError: ``principal_id`` is empty.
+    """
+    if not principal_id:
+        raise InvalidCommandError("principal", "must not be empty")
     return principals.get(principal_id, Principal(id=principal_id))

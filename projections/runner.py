@@ -65,20 +65,19 @@ class ProjectionRunner:
             try:
                 event = decode_event(record.value)
             except UnknownEventError as exc:
-                self._with_retry(pending, record)
+                self._with_retry(pending)
                 pending = []
                 self._dead_letter(record, exc.reason)
                 continue
             if event.subject_id != record.key:
-                self._with_retry(pending, record)
+                self._with_retry(pending)
                 pending = []
                 self._dead_letter(
                     record, f"subject_id: {event.subject_id!r} differs from the record key {record.key!r}"
                 )
                 continue
             pending.append((event, record.position))
-        if pending:
-            self._with_retry(pending, records[-1])
+        self._with_retry(pending)
 
     def _dead_letter(self, record: LogRecord, reason: str) -> None:
         log.warning(
@@ -90,13 +89,28 @@ class ProjectionRunner:
             self._dlq.put(letter)
             self.projection.skip(record.position)
 
-        self._call_with_retry(put_and_skip, record)
+        self._call_with_retry(put_and_skip, record.position)
 
-    def _with_retry(self, items: list[tuple[Event, LogPosition]], record: LogRecord) -> None:
-        if items:
-            self._call_with_retry(lambda: _apply_batch(self.projection, items), record)
+    def _with_retry(self, items: list[tuple[Event, LogPosition]]) -> None:
+        """Apply ``items`` as one batch, retrying the batch with backoff (each apply is
+        idempotent, so a partly applied batch is safe to retry). A stall names the first
+        record of the batch that the projection has not applied."""
+        if not items:
+            return
+        try:
+            self._call_with_retry(lambda: _apply_batch(self.projection, items), items[0][1])
+        except ProjectionStalledError as stall:
+            try:
+                done = self.projection.positions()
+            except Exception:  # the store is down: the batch's first record is the best we know
+                raise stall from stall.__cause__
+            first = next((p for _, p in items if p.offset > done.get(p.partition, -1)), items[0][1])
+            raise ProjectionStalledError(
+                self.projection.id, first.partition, first.offset, stall.attempts, str(stall.__cause__)
+            ) from stall.__cause__
 
-    def _call_with_retry(self, action: Callable[[], object], record: LogRecord) -> None:
+    def _call_with_retry(self, action: Callable[[], object], position: LogPosition) -> None:
+        limit = self._retry.max_attempts
         attempt = 0
         delay = self._retry.initial_s
         while True:
@@ -105,16 +119,16 @@ class ProjectionRunner:
                 action()
                 return
             except Exception as exc:  # a store failure of any kind: retry, never skip
-                if self._retry.max_attempts is not None and attempt >= self._retry.max_attempts:
+                if limit is not None and attempt >= limit:
                     raise ProjectionStalledError(
-                        self.projection.id, record.partition, record.offset, attempt, repr(exc)
+                        self.projection.id, position.partition, position.offset, attempt, repr(exc)
                     ) from exc
                 log.error(
-                    "%s: attempt %d failed near partition %d offset %d (%s); retrying in %.1fs",
+                    "%s: attempt %d failed at partition %d offset %d (%s); retrying in %.1fs",
                     self.projection.id,
                     attempt,
-                    record.partition,
-                    record.offset,
+                    position.partition,
+                    position.offset,
                     exc,
                     delay,
                 )

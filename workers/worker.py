@@ -99,6 +99,8 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
     import faust
 
     svc = build(settings, own_vectors=name == "vectors", projections=(name,))
+    datadir = settings.data_dir / "faust" / f"{name}_v1"
+    datadir.mkdir(parents=True, exist_ok=True)
     projection = svc.projections[name]
     runner = svc.runner(name)
     server = _maybe_serve_vectors(svc, name)
@@ -107,7 +109,7 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
         f"memledger.{projection.id}",
         broker=f"kafka://{settings.kafka_bootstrap}",
         store="memory://",
-        datadir=str(settings.data_dir / "faust" / projection.id),
+        datadir=str(datadir),
         web_enabled=False,
         topic_allow_declare=False,
         topic_disable_leader=True,

@@ -48,9 +48,12 @@ class Cli:
             raise AssertionError(f"memledger {' '.join(args)} printed no JSON:\n{proc.stdout}\n{proc.stderr}") from None
 
     def start_worker(self, *args: str) -> subprocess.Popen[bytes]:
-        log = open(Path(self.env["MEMLEDGER_DATA_DIR"]) / f"worker-{len(self.workers)}.log", "wb")  # noqa: SIM115
+        log = open(Path(self.env["MEMLEDGER_DATA_DIR"]) / f"worker-{len(self.workers)}.log", "wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workers", "worker", *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "workers", "worker", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.workers.append(proc)
@@ -75,12 +78,15 @@ class Cli:
                 self.kill(proc, signal.SIGTERM)
 
     def worker_logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in
-                         sorted(Path(self.env["MEMLEDGER_DATA_DIR"]).glob("worker-*.log")))
+        return "\n".join(
+            p.read_text(errors="replace")[-3000:]
+            for p in sorted(Path(self.env["MEMLEDGER_DATA_DIR"]).glob("worker-*.log"))
+        )
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float = 90, what: str = "condition",
-               logs: Callable[[], str] | None = None) -> None:
+def wait_until(
+    check: Callable[[], bool], timeout_s: float = 90, what: str = "condition", logs: Callable[[], str] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
@@ -91,8 +97,12 @@ def wait_until(check: Callable[[], bool], timeout_s: float = 90, what: str = "co
 
 def _base_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLEDGER_") or k.startswith("MEMLEDGER_TEST_")}
-    env.update(MEMLEDGER_DATA_DIR=str(tmp_path / "data"), MEMLEDGER_EMBEDDER="hashing",
-               MEMLEDGER_MASTER_KEY=new_master_key(), PYTHONUNBUFFERED="1")
+    env.update(
+        MEMLEDGER_DATA_DIR=str(tmp_path / "data"),
+        MEMLEDGER_EMBEDDER="hashing",
+        MEMLEDGER_MASTER_KEY=new_master_key(),
+        PYTHONUNBUFFERED="1",
+    )
     (tmp_path / "data").mkdir(parents=True, exist_ok=True)
     return env
 
@@ -104,8 +114,12 @@ def kafka_cli(tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: s
     tag = uuid.uuid4().hex[:10]
     env = _base_env(tmp_path)
     env.update(
-        MEMLEDGER_KAFKA_BOOTSTRAP=kafka_bootstrap, MEMLEDGER_POSTGRES_DSN=fresh_dsn, MEMLEDGER_REDIS_URL=redis_url,
-        MEMLEDGER_TOPIC=f"memory.events.{tag}", MEMLEDGER_DLQ_TOPIC=f"memory.dlq.{tag}", MEMLEDGER_PARTITIONS="3",
+        MEMLEDGER_KAFKA_BOOTSTRAP=kafka_bootstrap,
+        MEMLEDGER_POSTGRES_DSN=fresh_dsn,
+        MEMLEDGER_REDIS_URL=redis_url,
+        MEMLEDGER_TOPIC=f"memory.events.{tag}",
+        MEMLEDGER_DLQ_TOPIC=f"memory.dlq.{tag}",
+        MEMLEDGER_PARTITIONS="3",
         MEMLEDGER_QDRANT_PATH=str(tmp_path / "qdrant"),
         MEMLEDGER_VECTOR_QUERY_URL=f"http://127.0.0.1:{free_port()}",
     )

@@ -23,7 +23,9 @@ def test_write_recall_erase_trace_replay(embedded_cli: Cli) -> None:
     for projection in ("facts", "vectors", "cache", "summaries"):
         embedded_cli.json("replay", projection)
     assert embedded_cli.json("trace", request)["verdict"] == "complete"
-    ids = [i["memory_id"] for i in embedded_cli.json("recall", "alice", "Dvorak keyboard", "--purpose", PURPOSE)["items"]]
+    ids = [
+        i["memory_id"] for i in embedded_cli.json("recall", "alice", "Dvorak keyboard", "--purpose", PURPOSE)["items"]
+    ]
     assert b not in ids
 
 
@@ -55,6 +57,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(embedded_cli: Cli, args: 
 
 
 def test_demo_runs_to_the_end(embedded_cli: Cli, tmp_path: object) -> None:
-    proc = embedded_cli.run("demo", "--data-dir", str(embedded_cli.env["MEMLEDGER_DATA_DIR"]) + "-demo",
-                            "--embedder", "hashing")
+    proc = embedded_cli.run(
+        "demo", "--data-dir", str(embedded_cli.env["MEMLEDGER_DATA_DIR"]) + "-demo", "--embedder", "hashing"
+    )
     assert "demo finished: every check held" in proc.stdout

@@ -40,8 +40,19 @@ def test_write_reaches_all_four_stores_and_recall(kafka_cli: Cli) -> None:
     dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
     a = write(kafka_cli, "alice", "Alice prefers answers with Go code samples")
     b = write(kafka_cli, "alice", "Alice deploys on Kubernetes")
-    kafka_cli.run("write", "alice", "Alice: Go samples, Kubernetes", "--purpose", PURPOSE, "--kind", "summary",
-                  "--derived-from", a, "--derived-from", b)
+    kafka_cli.run(
+        "write",
+        "alice",
+        "Alice: Go samples, Kubernetes",
+        "--purpose",
+        PURPOSE,
+        "--kind",
+        "summary",
+        "--derived-from",
+        a,
+        "--derived-from",
+        b,
+    )
     kafka_cli.start_worker()
     wait_until(lambda: lag_zero(kafka_cli), what="every projection to catch up", logs=kafka_cli.worker_logs)
     assert count(dsn, "SELECT count(*) FROM facts_v1") == 2
@@ -53,8 +64,11 @@ def test_write_reaches_all_four_stores_and_recall(kafka_cli: Cli) -> None:
     again = kafka_cli.json("recall", "alice", "Go code samples", "--purpose", PURPOSE)
     assert again["cached"] is True  # the cache store holds the result
     write(kafka_cli, "alice", "Alice moved to Nomad")
-    wait_until(lambda: not kafka_cli.json("recall", "alice", "Go code samples", "--purpose", PURPOSE)["cached"],
-               what="the cache projection to drop alice's entries", logs=kafka_cli.worker_logs)
+    wait_until(
+        lambda: not kafka_cli.json("recall", "alice", "Go code samples", "--purpose", PURPOSE)["cached"],
+        what="the cache projection to drop alice's entries",
+        logs=kafka_cli.worker_logs,
+    )
 
 
 def test_sigkilled_worker_restarts_and_applies_each_event_exactly_once(kafka_cli: Cli) -> None:
@@ -90,8 +104,11 @@ def test_erasure_then_replay_keeps_it_erased(kafka_cli: Cli) -> None:
     worker = kafka_cli.start_worker()
     wait_until(lambda: lag_zero(kafka_cli), what="catch-up", logs=kafka_cli.worker_logs)
     request = kafka_cli.json("erase", "carol", gone, "--reason", "subject request")["request_id"]
-    wait_until(lambda: kafka_cli.json("trace", request)["verdict"] == "complete", what="erasure complete",
-               logs=kafka_cli.worker_logs)
+    wait_until(
+        lambda: kafka_cli.json("trace", request)["verdict"] == "complete",
+        what="erasure complete",
+        logs=kafka_cli.worker_logs,
+    )
     kafka_cli.kill(worker)
     for projection in ("facts", "vectors", "cache", "summaries"):
         out = kafka_cli.json("replay", projection)
@@ -103,7 +120,9 @@ def test_erasure_then_replay_keeps_it_erased(kafka_cli: Cli) -> None:
     assert report["verdict"] == "complete", report
     items = kafka_cli.json("recall", "carol", "Elm Street address", "--purpose", PURPOSE)["items"]
     assert gone not in [i["memory_id"] for i in items]
-    assert keep in [i["memory_id"] for i in kafka_cli.json("recall", "carol", "espresso", "--purpose", PURPOSE)["items"]]
+    assert keep in [
+        i["memory_id"] for i in kafka_cli.json("recall", "carol", "espresso", "--purpose", PURPOSE)["items"]
+    ]
 
 
 def test_malformed_event_on_the_topic_goes_to_the_dlq(kafka_cli: Cli) -> None:

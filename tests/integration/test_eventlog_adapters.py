@@ -20,16 +20,6 @@ from tests.eventlog_contract import EventLogContract, MakeLog
 
 pytestmark = pytest.mark.integration
 
-KAFKA_IMPORT_WARNS = pytest.mark.xfail(
-    strict=True,
-    raises=DeprecationWarning,
-    reason=(
-        "source bug (pyproject.toml): kafka-python 3.0.x, allowed by kafka-python>=2.2,<4, calls the "
-        "deprecated importlib.resources.read_text/open_text while being imported on Python 3.11, and "
-        "[tool.pytest.ini_options] filterwarnings ('error', ignoring only faust/mode/venusian) turns that "
-        "into an error, so ledger.kafka_log cannot be imported under pytest. Remove this mark once fixed."
-    ),
-)
 """Marks every Kafka test. The Kafka modules are imported inside the tests (``_kafka``),
 not at module level, so the Postgres tests of this module still run."""
 
@@ -174,14 +164,6 @@ def test_postgres_log_failures_are_event_log_errors(fresh_dsn: str) -> None:
         log.read(0, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=psycopg.Error,
-    reason=(
-        "source bug: ledger/postgres_log.py PostgresDeadLetterQueue.put (and list) let psycopg errors "
-        "escape, although the DeadLetterQueue protocol (ledger/eventlog.py) says put raises EventLogError"
-    ),
-)
 def test_postgres_dead_letter_queue_failure_is_an_event_log_error(fresh_dsn: str) -> None:
     with ConnectionPool(fresh_dsn, min_size=1, max_size=1, open=True) as own_pool:
         dlq = PostgresDeadLetterQueue(own_pool)
@@ -192,7 +174,6 @@ def test_postgres_dead_letter_queue_failure_is_an_event_log_error(fresh_dsn: str
 # --------------------------------------------------------------------------- Kafka
 
 
-@KAFKA_IMPORT_WARNS
 class TestKafkaEventLog(EventLogContract):
     @pytest.fixture
     def make_log(self, kafka_bootstrap: str, kafka_topic: str) -> Iterator[MakeLog]:
@@ -214,7 +195,6 @@ class TestKafkaEventLog(EventLogContract):
             log.close()
 
 
-@KAFKA_IMPORT_WARNS
 def test_kafka_log_creates_its_topics_with_the_partitions_asked(kafka_bootstrap: str, kafka_topic: str) -> None:
     kafka_log = _kafka()
     dlq_topic = _dlq_topic()
@@ -233,7 +213,6 @@ def test_kafka_log_creates_its_topics_with_the_partitions_asked(kafka_bootstrap:
         consumer.close()
 
 
-@KAFKA_IMPORT_WARNS
 def test_kafka_dead_letter_queue_round_trip(kafka_bootstrap: str) -> None:
     kafka_log = _kafka()
     topic = _dlq_topic()
@@ -251,16 +230,6 @@ def test_kafka_dead_letter_queue_round_trip(kafka_bootstrap: str) -> None:
         dlq.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "source bug: ledger/kafka_log.py KafkaDeadLetterQueue.list concatenates records in poll "
-        "order (grouped by partition), so on a multi-partition DLQ topic (ensure_topics gives "
-        "memory.dlq as many partitions as memory.events) letters are not 'newest last' and "
-        "list(limit=n) does not return the n most recent (until pyproject.toml lets kafka be imported, "
-        "this test fails earlier, on the import)"
-    ),
-)
 def test_kafka_dead_letter_queue_lists_newest_last_on_a_partitioned_topic(kafka_bootstrap: str) -> None:
     kafka_log = _kafka()
     topic = _dlq_topic()

@@ -30,7 +30,10 @@ pytestmark = pytest.mark.integration
 def svc(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
     services = build(
         Settings(
-            data_dir=tmp_path / "data", postgres_dsn=fresh_dsn, redis_url=redis_url, vector_engine="client",
+            data_dir=tmp_path / "data",
+            postgres_dsn=fresh_dsn,
+            redis_url=redis_url,
+            vector_engine="client",
             embedder="hashing",
         )
     )
@@ -52,8 +55,12 @@ def recall_ids(svc: Services, query: str, subject: str = "alice", **kw: Any) -> 
 def test_facts_row_history_and_full_text(svc: Services) -> None:
     r = svc.ledger.write(svc.principal(), memory_write(content="Alice deploys with Kubernetes"))
     svc.catch_up()
-    row = one(svc, "SELECT status, revision, content, tsv @@ to_tsquery('english', 'kubernetes') FROM facts_v1"
-                   " WHERE memory_id = %s", r.memory_id)
+    row = one(
+        svc,
+        "SELECT status, revision, content, tsv @@ to_tsquery('english', 'kubernetes') FROM facts_v1"
+        " WHERE memory_id = %s",
+        r.memory_id,
+    )
     assert row == ("active", 1, "Alice deploys with Kubernetes", True)
     assert one(svc, "SELECT event_type FROM facts_history_v1 WHERE memory_id = %s", r.memory_id) == "MemoryWritten"
 
@@ -77,7 +84,9 @@ def test_applying_a_record_twice_or_an_older_revision_changes_nothing(svc: Servi
 
 def test_vectors_payload_and_lifecycle(svc: Services) -> None:
     p = svc.principal()
-    r = svc.ledger.write(p, memory_write(content="Alice likes Rust", retention={"expires_at": later(), "basis": "consent"}))
+    r = svc.ledger.write(
+        p, memory_write(content="Alice likes Rust", retention={"expires_at": later(), "basis": "consent"})
+    )
     svc.catch_up()
     assert svc.index is not None
     point = svc.index.retrieve([r.memory_id])[r.memory_id]
@@ -97,14 +106,15 @@ def test_vectors_payload_and_lifecycle(svc: Services) -> None:
 def test_cache_entry_dropped_by_any_event_of_the_subject_and_ttl_bounded(svc: Services) -> None:
     p = svc.principal()
     expires = later(100 / 86400)  # 100 s from now, well under the 300 s default TTL
-    svc.ledger.write(p, memory_write(content="Alice reads Kafka docs", retention={"expires_at": expires,
-                                                                                  "basis": "session"}))
+    svc.ledger.write(
+        p, memory_write(content="Alice reads Kafka docs", retention={"expires_at": expires, "basis": "session"})
+    )
     svc.catch_up()
     assert svc.cache is not None
     recall_ids(svc, "Kafka docs")
     keys = svc.cache.entries("alice")
     assert len(keys) == 1
-    ttl_ms = svc.cache._r.pttl(keys[0])  # noqa: SLF001 - reading the store itself
+    ttl_ms = svc.cache._r.pttl(keys[0])
     assert 0 < ttl_ms <= 100_000
     assert svc.recall.recall(p, "alice", PURPOSE, "Kafka docs", utc_now()).cached
     svc.ledger.write(p, memory_write(subject="alice", content="unrelated"))
@@ -118,12 +128,22 @@ def test_summaries_dropped_when_a_source_is_invalidated(svc: Services) -> None:
     a = svc.ledger.write(p, memory_write(content="Alice uses vim")).memory_id
     b = svc.ledger.write(p, memory_write(content="Alice uses tmux")).memory_id
     assert a and b
-    s1 = svc.ledger.write(p, memory_write(kind="summary", content="Alice: vim and tmux",
-                                          provenance={"writer": "s", "written_at": utc_now(),
-                                                      "derived_from": [a, b]})).memory_id
-    s2 = svc.ledger.write(p, memory_write(kind="summary", content="Alice: tmux",
-                                          provenance={"writer": "s", "written_at": utc_now(),
-                                                      "derived_from": [b]})).memory_id
+    s1 = svc.ledger.write(
+        p,
+        memory_write(
+            kind="summary",
+            content="Alice: vim and tmux",
+            provenance={"writer": "s", "written_at": utc_now(), "derived_from": [a, b]},
+        ),
+    ).memory_id
+    s2 = svc.ledger.write(
+        p,
+        memory_write(
+            kind="summary",
+            content="Alice: tmux",
+            provenance={"writer": "s", "written_at": utc_now(), "derived_from": [b]},
+        ),
+    ).memory_id
     svc.catch_up()
     assert one(svc, "SELECT count(*) FROM summaries_v1") == 2
     svc.ledger.supersede(p, a, memory_write(content="Alice uses emacs"))
@@ -137,13 +157,24 @@ def test_recall_rules(svc: Services) -> None:
     visible = svc.ledger.write(p, memory_write(content="Alice wants Python examples")).memory_id
     svc.ledger.write(p, memory_write(subject="bob", content="Bob wants Python examples"))
     svc.ledger.write(p, memory_write(content="Python examples for marketing", purpose="marketing"))
-    doc = svc.ledger.write(p, memory_write(content="Python examples in the deck",
-                                           scope={"type": "document", "id": "deck"})).memory_id
-    inf = svc.ledger.write(p, memory_write(kind="inference", confirmed=False, content="Alice knows Python well",
-                                           provenance={"writer": "x", "written_at": utc_now(),
-                                                       "derived_from": [visible]})).memory_id
-    revoked = svc.ledger.write(p, memory_write(content="Alice Python consent", provenance={
-        "writer": "x", "written_at": utc_now(), "consent_ref": "c-1"})).memory_id
+    doc = svc.ledger.write(
+        p, memory_write(content="Python examples in the deck", scope={"type": "document", "id": "deck"})
+    ).memory_id
+    inf = svc.ledger.write(
+        p,
+        memory_write(
+            kind="inference",
+            confirmed=False,
+            content="Alice knows Python well",
+            provenance={"writer": "x", "written_at": utc_now(), "derived_from": [visible]},
+        ),
+    ).memory_id
+    revoked = svc.ledger.write(
+        p,
+        memory_write(
+            content="Alice Python consent", provenance={"writer": "x", "written_at": utc_now(), "consent_ref": "c-1"}
+        ),
+    ).memory_id
     svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", consent_ref="c-1"))
     svc.catch_up()
     assert recall_ids(svc, "Python examples") == [visible]
@@ -159,8 +190,14 @@ def test_erasure_reaches_every_store_and_survives_replay(svc: Services) -> None:
     keep = svc.ledger.write(p, memory_write(content="Alice prefers dark mode")).memory_id
     gone = svc.ledger.write(p, memory_write(content="Alice's phone is 555-0100")).memory_id
     assert gone
-    svc.ledger.write(p, memory_write(kind="summary", content="Alice: dark mode, phone 555-0100",
-                                     provenance={"writer": "s", "written_at": utc_now(), "derived_from": [keep, gone]}))
+    svc.ledger.write(
+        p,
+        memory_write(
+            kind="summary",
+            content="Alice: dark mode, phone 555-0100",
+            provenance={"writer": "s", "written_at": utc_now(), "derived_from": [keep, gone]},
+        ),
+    )
     svc.catch_up()
     assert gone in recall_ids(svc, "phone 555-0100")
     request = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone,), reason="test"))

@@ -352,14 +352,6 @@ def test_stalled_event_is_not_skipped_on_the_next_run() -> None:
     assert projection.applied_offsets() == [0, 1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "source bug: projections/runner.py handle() (lines 68, 73, 81) passes the next malformed record "
-        "or records[-1] to _with_retry, so when a batch stalls ProjectionStalledError names the "
-        "batch's last offset (4), not the offset of the record that failed (2)"
-    ),
-)
 def test_stall_inside_a_batch_names_the_failing_record() -> None:
     log = InMemoryEventLog(partitions=1)
     for n in range(5):
