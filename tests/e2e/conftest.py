@@ -48,14 +48,14 @@ class Cli:
             raise AssertionError(f"memledger {' '.join(args)} printed no JSON:\n{proc.stdout}\n{proc.stderr}") from None
 
     def start_worker(self, *args: str) -> subprocess.Popen[bytes]:
-        log = open(Path(self.env["MEMLEDGER_DATA_DIR"]) / f"worker-{len(self.workers)}.log", "wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "workers", "worker", *args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(Path(self.env["MEMLEDGER_DATA_DIR"]) / f"worker-{len(self.workers)}.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "workers", "worker", *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.workers.append(proc)
         return proc
 
