@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from collections.abc import Sequence
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -159,6 +160,7 @@ class KafkaDeadLetterQueue:
             "key": letter.key,
             "value_b64": base64.b64encode(letter.value).decode("ascii"),
             "reason": letter.reason,
+            "failed_at_ns": time.time_ns(),
         }
         try:
             self._producer.send(self.topic, key=letter.key.encode("utf-8"), value=json.dumps(body).encode()).get(30)
@@ -186,10 +188,12 @@ class KafkaDeadLetterQueue:
                             base64.b64decode(b["value_b64"]),
                             b["reason"],
                         )
-                        found.append((m.timestamp, m.partition, m.offset, letter))
+                        found.append(
+                            (int(b.get("failed_at_ns", m.timestamp * 1_000_000)), m.partition, m.offset, letter)
+                        )
         finally:
             consumer.close()
-        found.sort(key=lambda f: f[:3])  # put order: broker timestamps, then position
+        found.sort(key=lambda f: f[:3])  # put order: the putter's clock (ns), then position
         out = [f[3] for f in found]
         return out[-limit:]
 

@@ -10,7 +10,7 @@ between the two re-applies harmlessly (DESIGN.md, invariant 2).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -97,13 +97,40 @@ def save_position(conn: psycopg.Connection, projection: str, position: LogPositi
     )
 
 
-def already_applied(conn: psycopg.Connection, projection: str, position: LogPosition) -> bool:
-    """True when ``position`` is at or before the stored position (lock held until commit)."""
-    row = conn.execute(
-        'SELECT "offset" FROM projection_positions WHERE projection = %s AND partition = %s FOR UPDATE',
-        (projection, position.partition),
-    ).fetchone()
-    return row is not None and int(row[0]) >= position.offset
+def apply_in_transaction(
+    pool: ConnectionPool,
+    projection: str,
+    items: Sequence[tuple[Event, LogPosition]],
+    apply_one: Callable[[psycopg.Connection, Event, LogPosition], None],
+) -> None:
+    """Apply a batch of events and advance the positions in ONE transaction.
+
+    The positions of the batch's partitions are locked first; an event at or before its
+    partition's position is already done and skipped. Either every new event of the
+    batch and its position commit together, or nothing does.
+    """
+    if not items:
+        return
+    with pool.connection() as conn, conn.transaction():
+        partitions = sorted({p.partition for _, p in items})
+        conn.execute(
+            'INSERT INTO projection_positions (projection, partition, "offset")'
+            " SELECT %s, p, -1 FROM unnest(%s::int[]) AS p ON CONFLICT DO NOTHING",
+            (projection, partitions),
+        )
+        rows = conn.execute(
+            'SELECT partition, "offset" FROM projection_positions WHERE projection = %s AND partition = ANY(%s)'
+            " ORDER BY partition FOR UPDATE",
+            (projection, partitions),
+        ).fetchall()
+        done = {int(p): int(o) for p, o in rows}
+        for event, position in items:
+            if position.offset <= done.get(position.partition, -1):
+                continue
+            apply_one(conn, event, position)
+            done[position.partition] = position.offset
+        for partition, offset in done.items():
+            save_position(conn, projection, LogPosition(partition, offset))
 
 
 def clear_positions(conn: psycopg.Connection, projection: str) -> None:
@@ -138,6 +165,15 @@ class ContentAccess:
             if c.execute("SELECT 1 FROM tombstones WHERE memory_id = %s", (memory_id,)).fetchone():
                 return None
             return self.keyring.open(c, sealed)
+
+    def open_many(self, items: Sequence[tuple[str, SealedText]]) -> list[str | None]:
+        """``open`` for several (memory_id, sealed) pairs on one connection, in order."""
+        if not items:
+            return []
+        with self.pool.connection() as c:
+            ids = [m for m, _ in items]
+            gone = {r[0] for r in c.execute("SELECT memory_id FROM tombstones WHERE memory_id = ANY(%s)", (ids,))}
+            return [None if m in gone else self.keyring.open(c, sealed) for m, sealed in items]
 
     def tombstoned(self, memory_ids: list[str]) -> set[str]:
         """Which of ``memory_ids`` have a tombstone."""

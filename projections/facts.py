@@ -9,6 +9,8 @@ Summaries live in the summaries projection, not here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -121,20 +123,23 @@ class FactsProjection:
             base.clear_positions(conn, self.id)
 
     def apply(self, event: Event, position: LogPosition) -> None:
-        with self._pool.connection() as conn, conn.transaction():
-            if base.already_applied(conn, self.id, position):
-                return
-            keep_hmac = False
-            if isinstance(event, MemoryWritten):
-                keep_hmac = self._written(conn, event)
-            elif isinstance(event, MemoryRedacted):
-                keep_hmac = self._redacted(conn, event)
-            elif isinstance(event, ErasureRequested):
-                self._erased(conn, event, position)
-            elif isinstance(event, MemorySuperseded | MemoryConfirmed | ConsentRevoked | RetentionExpired):
-                self._status(conn, event)
-            self._history(conn, event, position, keep_hmac)
-            base.save_position(conn, self.id, position)
+        self.apply_batch([(event, position)])
+
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
+        """Apply events in log order, rows and positions in one transaction."""
+        base.apply_in_transaction(self._pool, self.id, items, self._apply_one)
+
+    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
+        keep_hmac = False
+        if isinstance(event, MemoryWritten):
+            keep_hmac = self._written(conn, event)
+        elif isinstance(event, MemoryRedacted):
+            keep_hmac = self._redacted(conn, event)
+        elif isinstance(event, ErasureRequested):
+            self._erased(conn, event, position)
+        elif isinstance(event, MemorySuperseded | MemoryConfirmed | ConsentRevoked | RetentionExpired):
+            self._status(conn, event)
+        self._history(conn, event, position, keep_hmac)
 
     # -- per event ----------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ it is dropped: a summary must not outlive the evidence it restates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -84,16 +86,19 @@ class SummariesProjection:
             base.clear_positions(conn, self.id)
 
     def apply(self, event: Event, position: LogPosition) -> None:
-        with self._pool.connection() as conn, conn.transaction():
-            if base.already_applied(conn, self.id, position):
-                return
-            if isinstance(event, SummaryDerived):
-                self._derived(conn, event)
-            elif isinstance(event, _INVALIDATING):
-                removed = self._drop_derived(conn, [r.memory_id for r in touched_memories(event)])
-                if isinstance(event, ErasureRequested):
-                    base.write_receipt(conn, event.request_id, "summaries", self.id, position, removed)
-            base.save_position(conn, self.id, position)
+        self.apply_batch([(event, position)])
+
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
+        """Apply events in log order, rows and positions in one transaction."""
+        base.apply_in_transaction(self._pool, self.id, items, self._apply_one)
+
+    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
+        if isinstance(event, SummaryDerived):
+            self._derived(conn, event)
+        elif isinstance(event, _INVALIDATING):
+            removed = self._drop_derived(conn, [r.memory_id for r in touched_memories(event)])
+            if isinstance(event, ErasureRequested):
+                base.write_receipt(conn, event.request_id, "summaries", self.id, position, removed)
 
     def _derived(self, conn: psycopg.Connection, e: SummaryDerived) -> None:
         text = self._content.open(e.memory_id, e.memory.content, conn)

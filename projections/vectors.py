@@ -9,6 +9,8 @@ A memory that stops being usable (superseded, revoked, expired, erased) loses it
 
 from __future__ import annotations
 
+from typing import Any
+
 from psycopg_pool import ConnectionPool
 
 from contracts import (
@@ -101,34 +103,43 @@ class VectorsProjection:
                 base.save_position(conn, self.id, position)
 
     def apply_many(self, events: list[Event]) -> None:
-        """Apply events to the index without touching positions (embeds in one batch)."""
-        texts: dict[str, str] = {}
-        for w in events:
-            if isinstance(w, MemoryWritten | MemoryRedacted):
-                sealed = w.memory.content if isinstance(w, MemoryWritten) else w.content
-                text = self._content.open(w.memory_id, sealed)
-                if text is not None:
-                    texts[w.event_id] = text
+        """Apply events to the index without touching positions: texts are opened and
+        embedded in one batch, current points read once, then writes go in log order."""
+        writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted)]
+        sealed = [(w.memory_id, w.memory.content if isinstance(w, MemoryWritten) else w.content) for w in writes]
+        opened = self._content.open_many(sealed)
+        texts = {w.event_id: t for w, t in zip(writes, opened, strict=True) if t is not None}
         vectors = dict(zip(texts, self._embedder.embed(list(texts.values())), strict=True))
+        ids = list(dict.fromkeys(r.memory_id for e in events for r in touched_memories(e)))
+        current = {m: dict(p.payload) for m, p in self._index.retrieve(ids).items()} if ids else {}
         for e in events:
             if isinstance(e, SummaryDerived):
                 continue
             if isinstance(e, MemoryWritten | MemoryRedacted):
                 if e.event_id in vectors:
-                    self._upsert(e, vectors[e.event_id])
+                    self._upsert(e, vectors[e.event_id], current)
             elif isinstance(e, MemoryConfirmed):
-                self._guarded_payload(e.memory_id, e.revision, {"status": "active", "revision": e.revision})
+                payload = current.get(e.memory_id)
+                if payload is not None and int(payload.get("revision", 0)) < e.revision:
+                    update = {"status": "active", "revision": e.revision}
+                    self._index.set_payload(e.memory_id, update)
+                    payload.update(update)
             elif isinstance(e, MemorySuperseded | ConsentRevoked | RetentionExpired | ErasureRequested):
-                self._index.delete([r.memory_id for r in touched_memories(e)])
+                gone = [r.memory_id for r in touched_memories(e)]
+                self._index.delete(gone)
+                for m in gone:
+                    current.pop(m, None)
 
-    def _upsert(self, e: MemoryWritten | MemoryRedacted, vector: list[float]) -> None:
-        current = self._index.retrieve([e.memory_id]).get(e.memory_id)
-        if current is not None and int(current.payload.get("revision", 0)) >= e.revision:
+    def _upsert(
+        self, e: MemoryWritten | MemoryRedacted, vector: list[float], current: dict[str, dict[str, Any]]
+    ) -> None:
+        existing = current.get(e.memory_id)
+        if existing is not None and int(existing.get("revision", 0)) >= e.revision:
             return
         if isinstance(e, MemoryRedacted):
-            if current is None:
+            if existing is None:
                 return  # no live point to rewrite (not usable any more)
-            payload = dict(current.payload) | {"revision": e.revision, "content_hmac": e.content_hmac}
+            payload = existing | {"revision": e.revision, "content_hmac": e.content_hmac}
         else:
             m = e.memory
             payload = {
@@ -147,8 +158,4 @@ class VectorsProjection:
                 "content_hmac": m.content_hmac,
             }
         self._index.upsert([VectorPoint(memory_id=e.memory_id, vector=tuple(vector), payload=payload)])
-
-    def _guarded_payload(self, memory_id: str, revision: int, payload: dict[str, object]) -> None:
-        current = self._index.retrieve([memory_id]).get(memory_id)
-        if current is not None and int(current.payload.get("revision", 0)) < revision:
-            self._index.set_payload(memory_id, payload)
+        current[e.memory_id] = payload

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,25 @@ class Services:
     def runner(self, name: str, retry: RetryPolicy | None = None) -> ProjectionRunner:
         return ProjectionRunner(self.projections[name], self.dlq, retry)
 
-    def catch_up(self) -> int:
-        """Run every in-process projection to the end of the log; returns records handled."""
-        return sum(self.runner(name).catch_up(self.log) for name in self.projections)
+    def catch_up(self, progress: Callable[[str, int, int], None] | None = None) -> int:
+        """Run every in-process projection to the end of the log; returns records handled.
+        ``progress(stage, done, total)`` is called after each batch, one stage per projection."""
+        handled = 0
+        for name, projection in self.projections.items():
+            if progress is None:
+                handled += self.runner(name).catch_up(self.log)
+                continue
+            done = projection.positions()
+            total = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in self.log.end_offsets().items())
+            count = 0
+
+            def step(n: int, stage: str = f"project {projection.id}", total: int = total) -> None:
+                nonlocal count
+                count += n
+                progress(stage, count, total)
+
+            handled += self.runner(name).catch_up(self.log, progress=step)
+        return handled
 
     def trace_targets(self) -> TraceTargets:
         return TraceTargets(index=self.index, cache=self.cache)
@@ -127,7 +144,7 @@ def build_vector_index(settings: Settings, own_vectors: bool) -> VectorIndex:
         return RemoteVectorIndex(settings.vector_query_url, COLLECTION)
     path = settings.qdrant_path or (settings.data_dir / "qdrant")
     path.mkdir(parents=True, exist_ok=True)
-    if settings.mode == "embedded" and settings.vector_engine == "edge":
+    if settings.vector_engine == "edge":
         from projections.qdrant_edge_index import QdrantEdgeIndex
 
         return QdrantEdgeIndex(str(path), COLLECTION)

@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import psycopg
 import typer
 import typer.exceptions
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from contracts import (
     ContractError,
@@ -278,7 +280,16 @@ from workers import cli_data, cli_ops  # noqa: E402  (registers the other comman
 cli_ops.register(app)
 cli_data.register(app)
 
-_USER_ERRORS = (LedgerError, ProjectionError, ContractError, VectorIndexError, ValueError)
+_USER_ERRORS = (
+    LedgerError,
+    ProjectionError,
+    ContractError,
+    VectorIndexError,
+    ValueError,
+    OSError,
+    psycopg.Error,
+    RedisError,
+)
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -84,8 +84,56 @@ def bench_recall_locomo(
     emit(as_json, report.to_dict(), report.render)
 
 
+def bench_all(
+    locomo: Annotated[Path, typer.Option(help="locomo8.json for the recall benchmark")] = Path(
+        "../shared/data/locomo/locomo8.json"
+    ),
+    events: Annotated[int, typer.Option(help="events for the append benchmark")] = 20_000,
+    batch: Annotated[int, typer.Option(help="commands per ledger batch")] = 500,
+    rate: Annotated[float, typer.Option(help="steady write rate for the lag benchmark, events/s")] = 200.0,
+    seconds: Annotated[float, typer.Option(help="duration of the lag benchmark, s")] = 30.0,
+    embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
+    as_json: JsonOpt = False,
+) -> None:
+    """Append throughput, projection lag and LoCoMo recall on Kafka, PostgreSQL and Redis
+    (addresses from MEMLEDGER_TEST_*, as `deploy/services.sh env` prints them)."""
+    import json
+    import tempfile
+
+    from workers.bench import BenchTargets, bench_append, bench_environment, bench_lag, bench_locomo
+
+    targets = BenchTargets.from_env()
+    if not locomo.is_file():
+        raise typer.BadParameter(f"locomo: no file at {locomo} (the LoCoMo data, see its README)")
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="memledger-bench-") as tmp, progress_bar(not as_json) as progress:
+        with bench_environment(targets, Path(tmp), embedder) as env:
+            out["append"] = bench_append(env, events, batch, progress)
+        with bench_environment(targets, Path(tmp), embedder) as env:
+            out["lag"] = bench_lag(env, rate, seconds, progress)
+        with bench_environment(targets, Path(tmp), embedder) as env:
+            out["locomo"] = bench_locomo(env, locomo, progress)
+    if as_json:
+        locomo_out = dict(out["locomo"])
+        locomo_out.pop("recall_text", None)
+        print(json.dumps({**out, "locomo": locomo_out}, indent=2))
+        return
+    a, lag, lo = out["append"], out["lag"], out["locomo"]
+    print(f"append ({a['events']} events, {a['bytes']} bytes, batches of {a['batch']}):")
+    print(f"  ledger -> Kafka        {a['ledger_events_per_s']:>10} events/s  {a['ledger_mb_per_s']} MB/s")
+    print(f"  raw kafka-python       {a['raw_events_per_s']:>10} events/s  {a['raw_mb_per_s']} MB/s (baseline)")
+    print(
+        f"projection lag, ack -> visible in facts and vectors, at {lag['achieved_rate']} events/s "
+        f"(target {lag['target_rate']}): p50 {lag['lag_p50_ms']} ms, p99 {lag['lag_p99_ms']} ms "
+        f"over {lag['events']} events"
+    )
+    print(f"LoCoMo through Kafka: ingest + projection {lo['ingest_and_projection_s']} s")
+    print(lo["recall_text"])
+
+
 def register(app: typer.Typer) -> None:
     app.command()(demo)
     app.command("ingest-locomo")(ingest_locomo)
     bench_app.command("recall-locomo")(bench_recall_locomo)
+    bench_app.command("all")(bench_all)
     app.add_typer(bench_app, name="bench")

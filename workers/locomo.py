@@ -112,7 +112,7 @@ class LocomoFormatError(ValueError):
         self.path = path
 
 
-class AlreadyIngestedError(RuntimeError):
+class AlreadyIngestedError(ValueError):
     """Ingesting would duplicate memories: these subjects already have (non-erased) memories."""
 
     def __init__(self, subject_ids: Sequence[str]) -> None:
@@ -124,7 +124,7 @@ class AlreadyIngestedError(RuntimeError):
         self.subject_ids = tuple(subject_ids)
 
 
-class NotIngestedError(RuntimeError):
+class NotIngestedError(ValueError):
     """The benchmark needs conversations that were ingested first."""
 
     def __init__(self, subject_ids: Sequence[str]) -> None:
@@ -735,7 +735,7 @@ def ingest(
 
     Args:
         progress: called as ``progress("ingest", conversations_done, conversations_total)``
-            after each conversation, and ``progress("catch-up", 0|1, 1)`` around the catch-up.
+            after each conversation, and ``progress("project <id>", done, total)`` during the catch-up.
         limit: only the first ``limit`` conversations.
 
     Raises:
@@ -782,13 +782,9 @@ def ingest(
     catch_up_seconds: float | None = None
     catch_up_records: int | None = None
     if services.settings.mode == "embedded":
-        if progress is not None:
-            progress("catch-up", 0, 1)
         started = time.perf_counter()
-        catch_up_records = services.catch_up()
+        catch_up_records = services.catch_up(progress)
         catch_up_seconds = time.perf_counter() - started
-        if progress is not None:
-            progress("catch-up", 1, 1)
     return IngestReport(
         path=str(path),
         conversations=len(convs),

@@ -7,6 +7,10 @@ Kafka, a Postgres server (``MEMLEDGER_POSTGRES_DSN``, required), Redis
 (``MEMLEDGER_REDIS_URL``, required) and Qdrant (``MEMLEDGER_QDRANT_URL``, or a local
 index at ``qdrant_path`` owned by the vectors worker, which answers queries for other
 processes at ``vector_query_url``).
+
+A local index uses the Qdrant engine in-process (``vector_engine="edge"``, qdrant-edge-py)
+or qdrant-client's local mode (``vector_engine="client"``); both allow one process per
+path.
 """
 
 from __future__ import annotations

@@ -116,8 +116,11 @@ def test_erasure_then_replay_keeps_it_erased(kafka_cli: Cli) -> None:
     assert count(dsn, "SELECT count(*) FROM facts_v1 WHERE memory_id = %s OR content LIKE '%%Elm%%'", gone) == 0
     kafka_cli.start_worker()
     # the vectors store answers again once its owning worker is up: pending until then
-    wait_until(lambda: kafka_cli.json("trace", request)["verdict"] == "complete", what="trace complete after replay",
-               logs=kafka_cli.worker_logs)
+    wait_until(
+        lambda: kafka_cli.json("trace", request)["verdict"] == "complete",
+        what="trace complete after replay",
+        logs=kafka_cli.worker_logs,
+    )
     report = kafka_cli.json("trace", request)
     assert all(s["probe"] == "absent" for s in report["stores"]), report["stores"]
     items = kafka_cli.json("recall", "carol", "Elm Street address", "--purpose", PURPOSE)["items"]

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 from types import ModuleType
 
-import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
