@@ -19,7 +19,7 @@ from typing import Protocol
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from contracts import Event
+from contracts import ErasureRequested, Event
 from contracts.memory import SealedText
 from ledger.crypto import Keyring
 from ledger.eventlog import LogPosition
@@ -71,6 +71,67 @@ class Projection(Protocol):
     def reset(self) -> None:
         """Drop and recreate the projection's storage and positions (for a rebuild)."""
         ...
+
+
+class PositionedProjection:
+    """What every projection shares: its id, and positions stored in Postgres.
+
+    Subclasses set ``name`` and call ``super().__init__(pool, version)``.
+    """
+
+    name: str
+
+    def __init__(self, pool: ConnectionPool, version: int) -> None:
+        self.version = version
+        self._pool = pool
+        with pool.connection() as conn:
+            install(conn)
+
+    @property
+    def id(self) -> str:
+        """``name_vN``: the consumer group suffix and the key of its positions."""
+        return f"{self.name}_v{self.version}"
+
+    def positions(self) -> dict[int, int]:
+        with self._pool.connection() as conn:
+            return load_positions(conn, self.id)
+
+    def skip(self, position: LogPosition) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            save_position(conn, self.id, position)
+
+    def apply(self, event: Event, position: LogPosition) -> None:
+        self.apply_batch([(event, position)])
+
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
+        raise NotImplementedError
+
+    def pending(self, items: Sequence[tuple[Event, LogPosition]]) -> list[tuple[Event, LogPosition]]:
+        """The items after the stored positions (not applied yet)."""
+        done = self.positions()
+        return [(e, p) for e, p in items if done.get(p.partition, -1) < p.offset]
+
+    def commit_positions(
+        self, applied: Sequence[tuple[Event, LogPosition]], store: str, removed: Callable[[ErasureRequested], int]
+    ) -> None:
+        """After the store's own writes: receipts for erasures (``removed`` counts the
+        items each one removed) and the positions, in one transaction."""
+        with self._pool.connection() as conn, conn.transaction():
+            for event, position in applied:
+                if isinstance(event, ErasureRequested):
+                    write_receipt(conn, event.request_id, store, self.id, position, removed(event))
+                save_position(conn, self.id, position)
+
+
+class TransactionalProjection(PositionedProjection):
+    """A projection whose store is Postgres: rows and position commit together."""
+
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
+        """Apply events in log order, rows and positions in one transaction."""
+        apply_in_transaction(self._pool, self.id, items, self._apply_one)
+
+    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
+        raise NotImplementedError
 
 
 def install(conn: psycopg.Connection) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 from psycopg_pool import ConnectionPool
 
-from contracts import ErasureRequested, Event
+from contracts import Event
 from ledger.eventlog import LogPosition
 from projections import base
 
@@ -100,50 +100,22 @@ class RecallCache:
         return removed
 
 
-class CacheProjection:
+class CacheProjection(base.PositionedProjection):
     """Drops a subject's cached recall results on every event of that subject."""
 
     name = "cache"
 
     def __init__(self, pool: ConnectionPool, cache: RecallCache, version: int = 1) -> None:
-        self.version = version
-        self._pool = pool
+        super().__init__(pool, version)
         self.cache = cache
-        with pool.connection() as conn:
-            base.install(conn)
-
-    @property
-    def id(self) -> str:
-        return f"{self.name}_v{self.version}"
-
-    def positions(self) -> dict[int, int]:
-        with self._pool.connection() as conn:
-            return base.load_positions(conn, self.id)
-
-    def skip(self, position: LogPosition) -> None:
-        with self._pool.connection() as conn, conn.transaction():
-            base.save_position(conn, self.id, position)
 
     def reset(self) -> None:
         self.cache.drop_all()
         with self._pool.connection() as conn, conn.transaction():
             base.clear_positions(conn, self.id)
 
-    def apply(self, event: Event, position: LogPosition) -> None:
-        self.apply_batch([(event, position)])
-
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
-        """Invalidate each touched subject once (erasures individually, for their receipts)."""
-        with self._pool.connection() as conn:
-            done = base.load_positions(conn, self.id)
-        todo = [(e, p) for e, p in items if done.get(p.partition, -1) < p.offset]
-        removed: dict[str, int] = {}
-        for subject in dict.fromkeys(e.subject_id for e, _ in todo):
-            removed[subject] = self.cache.invalidate(subject)
-        with self._pool.connection() as conn, conn.transaction():
-            for event, position in todo:
-                if isinstance(event, ErasureRequested):
-                    base.write_receipt(
-                        conn, event.request_id, "cache", self.id, position, removed.get(event.subject_id, 0)
-                    )
-                base.save_position(conn, self.id, position)
+        """Invalidate each touched subject once, then store receipts and positions."""
+        todo = self.pending(items)
+        removed = {subject: self.cache.invalidate(subject) for subject in dict.fromkeys(e.subject_id for e, _ in todo)}
+        self.commit_positions(todo, "cache", lambda e: removed.get(e.subject_id, 0))

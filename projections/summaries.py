@@ -7,8 +7,6 @@ it is dropped: a summary must not outlive the evidence it restates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -53,44 +51,23 @@ CREATE INDEX IF NOT EXISTS summaries_v{version}_derived ON summaries_v{version} 
 _INVALIDATING = (MemorySuperseded, MemoryRedacted, ConsentRevoked, RetentionExpired, ErasureRequested)
 
 
-class SummariesProjection:
+class SummariesProjection(base.TransactionalProjection):
     """Stores ``SummaryDerived`` events; drops summaries whose sources were invalidated."""
 
     name = "summaries"
 
     def __init__(self, pool: ConnectionPool, content: base.ContentAccess, version: int = 1) -> None:
-        self.version = version
-        self._pool = pool
+        super().__init__(pool, version)
         self._content = content
         self.table = f"summaries_v{version}"
         with pool.connection() as conn:
-            base.install(conn)
             conn.execute(schema_sql(version))
-
-    @property
-    def id(self) -> str:
-        return f"{self.name}_v{self.version}"
-
-    def positions(self) -> dict[int, int]:
-        with self._pool.connection() as conn:
-            return base.load_positions(conn, self.id)
-
-    def skip(self, position: LogPosition) -> None:
-        with self._pool.connection() as conn, conn.transaction():
-            base.save_position(conn, self.id, position)
 
     def reset(self) -> None:
         with self._pool.connection() as conn, conn.transaction():
             conn.execute(f"DROP TABLE IF EXISTS {self.table}")
             conn.execute(schema_sql(self.version))
             base.clear_positions(conn, self.id)
-
-    def apply(self, event: Event, position: LogPosition) -> None:
-        self.apply_batch([(event, position)])
-
-    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
-        """Apply events in log order, rows and positions in one transaction."""
-        base.apply_in_transaction(self._pool, self.id, items, self._apply_one)
 
     def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
         if isinstance(event, SummaryDerived):

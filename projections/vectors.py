@@ -9,6 +9,7 @@ A memory that stops being usable (superseded, revoked, expired, erased) loses it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -36,7 +37,7 @@ def scope_key(scope_type: str, scope_id: str) -> str:
     return f"{scope_type}:{scope_id}"
 
 
-class VectorsProjection:
+class VectorsProjection(base.PositionedProjection):
     """Vector index of memories (summaries excluded: they live in the summaries store)."""
 
     name = "vectors"
@@ -49,18 +50,11 @@ class VectorsProjection:
         content: base.ContentAccess,
         version: int = 1,
     ) -> None:
-        self.version = version
-        self._pool = pool
+        super().__init__(pool, version)
         self._index = index
         self._embedder = embedder
         self._content = content
-        with pool.connection() as conn:
-            base.install(conn)
         index.ensure_collection(embedder.dim)
-
-    @property
-    def id(self) -> str:
-        return f"{self.name}_v{self.version}"
 
     @property
     def index(self) -> VectorIndex:
@@ -70,37 +64,19 @@ class VectorsProjection:
     def embedder(self) -> Embedder:
         return self._embedder
 
-    def positions(self) -> dict[int, int]:
-        with self._pool.connection() as conn:
-            return base.load_positions(conn, self.id)
-
-    def skip(self, position: LogPosition) -> None:
-        with self._pool.connection() as conn, conn.transaction():
-            base.save_position(conn, self.id, position)
-
     def reset(self) -> None:
         self._index.drop_collection()
         self._index.ensure_collection(self._embedder.dim)
         with self._pool.connection() as conn, conn.transaction():
             base.clear_positions(conn, self.id)
 
-    def apply(self, event: Event, position: LogPosition) -> None:
-        self.apply_batch([(event, position)])
-
-    def apply_batch(self, items: list[tuple[Event, LogPosition]]) -> None:
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
         """Apply events in log order, embedding their texts in one batch; then write
         erasure receipts and store the positions (after the index writes)."""
-        with self._pool.connection() as conn:
-            done = base.load_positions(conn, self.id)
-        todo = [(e, p) for e, p in items if done.get(p.partition, -1) < p.offset]
-        if not todo:
-            return
-        self.apply_many([e for e, _ in todo])
-        with self._pool.connection() as conn, conn.transaction():
-            for event, position in todo:
-                if isinstance(event, ErasureRequested):
-                    base.write_receipt(conn, event.request_id, "vectors", self.id, position, len(event.affected))
-                base.save_position(conn, self.id, position)
+        todo = self.pending(items)
+        if todo:
+            self.apply_many([e for e, _ in todo])
+            self.commit_positions(todo, "vectors", lambda e: len(e.affected))
 
     def apply_many(self, events: list[Event]) -> None:
         """Apply events to the index without touching positions: texts are opened and
