@@ -195,8 +195,9 @@ def apply_in_transaction(
 
 
 def clear_positions(conn: psycopg.Connection, projection: str) -> None:
+    """Forget the projection's positions (for a rebuild). Erasure receipts are kept: they
+    record when each erasure was first applied, and a rebuild cannot bring the data back."""
     conn.execute("DELETE FROM projection_positions WHERE projection = %s", (projection,))
-    conn.execute("DELETE FROM erasure_receipts WHERE projection = %s", (projection,))
 
 
 def write_receipt(
