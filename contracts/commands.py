@@ -43,7 +43,10 @@ class MemoryWrite(Frozen):
         if self.scope.type == "subject" and self.scope.id != self.subject_id:
             raise ValueError("scope.id: a subject scope must name the memory's own subject_id")
         if self.kind in ("inference", "summary") and not self.provenance.derived_from:
-            raise ValueError(f"provenance.derived_from: a {self.kind} must name the memories it was derived from")
+            article = "an" if self.kind == "inference" else "a"
+            raise ValueError(
+                f"provenance.derived_from: {article} {self.kind} must name the memories it was derived from"
+            )
         return self
 
 
@@ -60,7 +63,7 @@ class EraseMemories(Frozen):
     @model_validator(mode="after")
     def _target(self) -> EraseMemories:
         if bool(self.memory_ids) == self.whole_subject:
-            raise ValueError("memory_ids: give memory ids, or whole_subject=true, not both and not neither")
+            raise ValueError("memory_ids: give memory ids, or the whole subject (--all), not both and not neither")
         return self
 
 

@@ -44,6 +44,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     """One line per problem, ``field.path: message``, without pydantic's URLs."""
     parts = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        parts.append(f"{loc}: {err['msg']}")
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)

@@ -30,7 +30,7 @@ class UnknownMemoryError(InvalidCommandError):
     """The command names a memory the ledger has no record of (for this subject)."""
 
     def __init__(self, memory_id: str, field: str = "memory_id") -> None:
-        super().__init__(field, f"no memory {memory_id!r} is known to the ledger")
+        super().__init__(field, f"no memory {memory_id!r} of this subject is known to the ledger")
         self.memory_id = memory_id
 
 

@@ -242,14 +242,19 @@ class Ledger:
             if cmd.whole_subject:
                 heads = state.heads_where(conn, cmd.subject_id, "status <> 'erased'", ())
                 targets = [h.memory_id for h in heads]
+                if not targets:
+                    raise InvalidCommandError("subject_id", f"{cmd.subject_id!r} has no memories left to erase")
             else:
                 found = state.lock_heads(conn, cmd.memory_ids)
                 for mid in cmd.memory_ids:
                     if mid not in found or found[mid].subject_id != cmd.subject_id:
                         raise UnknownMemoryError(mid, "memory_ids")
-                targets = list(dict.fromkeys(cmd.memory_ids))
+                targets = [m for m in dict.fromkeys(cmd.memory_ids) if found[m].status != "erased"]
+                if not targets:
+                    raise InvalidCommandError("memory_ids", "every memory named is already erased")
                 targets += [m for m in state.derived_closure(conn, targets) if m not in targets]
             heads_by_id = state.lock_heads(conn, targets)
+            targets = [m for m in targets if heads_by_id[m].status != "erased"]
             affected = tuple(
                 MemoryRef(memory_id=m, revision=heads_by_id[m].revision + 1) for m in targets if m in heads_by_id
             )

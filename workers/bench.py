@@ -84,6 +84,7 @@ def bench_environment(targets: BenchTargets, data_dir: Path, embedder: str) -> I
         "MEMLEDGER_MASTER_KEY": new_master_key(),
         "MEMLEDGER_EMBEDDER": embedder,
         "MEMLEDGER_VECTOR_QUERY_URL": "http://127.0.0.1:16399",
+        "MEMLEDGER_CONSUMER_GROUP_PREFIX": f"memledger-bench-{tag}",
     }
     try:
         yield env

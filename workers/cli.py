@@ -69,6 +69,10 @@ def _result(r: CommandResult) -> dict[str, object]:
     }
 
 
+def _memories(n: int) -> str:
+    return f"{n} memory" if n == 1 else f"{n} memories"
+
+
 def _where(r: CommandResult) -> str:
     return ", ".join(f"partition {p.partition} offset {p.offset}" for p in r.positions)
 
@@ -233,7 +237,7 @@ def revoke_consent(
     with services() as svc:
         r = svc.ledger.revoke_consent(svc.principal(), cmd)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: f"consent revoked: {len(r.affected)} memories now revoked")
+    emit(as_json, _result(r), lambda: f"consent revoked: {_memories(len(r.affected))} now revoked")
 
 
 @app.command()
@@ -269,7 +273,7 @@ def erase(
         as_json,
         _result(r),
         lambda: (
-            f"erasure {r.request_id}: {len(r.affected)} memories, keys destroyed;"
+            f"erasure {r.request_id}: {_memories(len(r.affected))}, keys destroyed;"
             f" trace it with: memledger trace {r.request_id}"
         ),
     )

@@ -92,9 +92,11 @@ def replay(
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild PROJECTION from offset 0 into a fresh target (stop its worker first)."""
+    projection = projection.removesuffix("_v1")
     if projection not in PROJECTION_NAMES:
         raise typer.BadParameter(f"projection: must be one of {', '.join(PROJECTION_NAMES)}")
-    with services(own_vectors=True, projections=(projection,)) as svc:
+    own_vectors = projection == "vectors" or None  # other projections leave the index to its owner
+    with services(own_vectors=own_vectors, projections=(projection,)) as svc:
         proj = svc.projections[projection]
         total = sum(svc.log.end_offsets().values())
         proj.reset()

@@ -64,7 +64,8 @@ def parse_time(value: str | None, field: str) -> datetime | None:
     except ValueError:
         raise typer.BadParameter(f"{field}: not an ISO 8601 time: {value!r}") from None
     if moment.tzinfo is None:
-        raise typer.BadParameter(f"{field}: must include a timezone, e.g. {value}Z or {value}+00:00")
+        example = value if "T" in value or " " in value else f"{value}T00:00:00"
+        raise typer.BadParameter(f"{field}: must include a timezone, e.g. {example}Z or {example}+00:00")
     return moment
 
 

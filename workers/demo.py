@@ -49,7 +49,7 @@ def _recall(svc: Services, console: Console, query: str, **kw: object) -> list[s
 
 def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
     """Run the scenario in a fresh ``data_dir``; returns True when every check held."""
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     if data_dir.exists():
         shutil.rmtree(data_dir)
     console.print(f"[bold]memory-ledger demo[/bold] (embedded default, data in {data_dir})")

@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     topic: str = Field(default="memory.events", min_length=1)
     dlq_topic: str = Field(default="memory.dlq", min_length=1)
     partitions: int = Field(default=6, ge=1, le=1000)
+    consumer_group_prefix: str = Field(default="memledger", min_length=1)
     master_key: SecretStr | None = None
     grants_file: Path | None = None
     principal: str = "cli"

@@ -1,7 +1,8 @@
 """Worker processes.
 
 Distributed mode: one faust-streaming app per projection, its consumer group named
-``memledger.<projection>_v<version>``; several projections in one command run as one
+``<MEMLEDGER_CONSUMER_GROUP_PREFIX>.<projection>_v<version>`` (prefix default ``memledger``);
+several projections in one command run as one
 child process each, supervised here. The vectors worker owns a local Qdrant index (when
 no Qdrant server is configured) and answers vector queries for other processes on
 ``MEMLEDGER_VECTOR_QUERY_URL``.
@@ -106,7 +107,7 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
     server = _maybe_serve_vectors(svc, name)
     assert settings.kafka_bootstrap is not None
     app = faust.App(
-        f"memledger.{projection.id}",
+        f"{settings.consumer_group_prefix}.{projection.id}",
         broker=f"kafka://{settings.kafka_bootstrap}",
         store="memory://",
         datadir=str(datadir),
@@ -137,9 +138,8 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
             records.sort(key=lambda r: (r.partition, r.offset))
             await loop.run_in_executor(None, runner.handle, records)
 
-    print(
-        f"worker: {projection.id} on {settings.kafka_bootstrap}, consumer group memledger.{projection.id}", flush=True
-    )
+    group = f"{settings.consumer_group_prefix}.{projection.id}"
+    print(f"worker: {projection.id} on {settings.kafka_bootstrap}, consumer group {group}", flush=True)
     worker = faust.Worker(app, loglevel="WARNING", quiet=True)
     try:
         worker.execute_from_commandline()

@@ -121,6 +121,7 @@ def kafka_cli(tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: s
         MEMLEDGER_DLQ_TOPIC=f"memory.dlq.{tag}",
         MEMLEDGER_PARTITIONS="3",
         MEMLEDGER_QDRANT_PATH=str(tmp_path / "qdrant"),
+        MEMLEDGER_CONSUMER_GROUP_PREFIX=f"memledger-test-{tag}",
         MEMLEDGER_VECTOR_QUERY_URL=f"http://127.0.0.1:{free_port()}",
     )
     cli = Cli(env)
