@@ -224,3 +224,19 @@ def test_malformed_record_goes_to_the_dlq_and_the_projection_goes_on(svc: Servic
     assert {d.projection for d in letters} == {f"{n}_v1" for n in PROJECTION_NAMES}
     assert all(d.offset == 0 and d.partition == 0 and "JSON" in d.reason for d in letters)
     assert one(svc, "SELECT count(*) FROM facts_v1 WHERE memory_id = %s", r.memory_id) == 1
+
+
+def test_erasing_again_is_refused_and_the_first_trace_stays_complete(svc: Services) -> None:
+    from ledger.errors import InvalidCommandError
+
+    p = svc.principal()
+    gone = svc.ledger.write(p, memory_write(content="Alice's locker code is 4711")).memory_id
+    assert gone
+    first = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone,), reason="asked"))
+    svc.catch_up()
+    with pytest.raises(InvalidCommandError, match="already erased"):
+        svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone,), reason="asked again"))
+    with pytest.raises(InvalidCommandError, match="no memories left"):
+        svc.ledger.erase(p, EraseMemories(subject_id="alice", whole_subject=True, reason="everything"))
+    assert first.request_id
+    assert trace(svc.pool, first.request_id, svc.trace_targets()).verdict == "complete"
