@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter
 
 from contracts.memory import Frozen, MemoryBody, SealedText
-from contracts.types import NonEmptyStr, UtcDatetime
+from contracts.types import MemoryId, NonEmptyStr, UtcDatetime
 
 SCHEMA_VERSION = 1
 """The current schema version of every event type."""
@@ -39,7 +39,7 @@ class Envelope(Frozen):
 class MemoryRef(Frozen):
     """One memory touched by a multi-memory event, with the revision it reaches."""
 
-    memory_id: NonEmptyStr
+    memory_id: MemoryId
     revision: int = Field(ge=1)
 
 
@@ -48,7 +48,7 @@ class MemoryWritten(Envelope):
     ``needs_confirmation`` for an unconfirmed inference."""
 
     type: Literal["MemoryWritten"] = "MemoryWritten"
-    memory_id: NonEmptyStr
+    memory_id: MemoryId
     revision: int = Field(default=1, ge=1)
     memory: MemoryBody
 
@@ -57,7 +57,7 @@ class SummaryDerived(Envelope):
     """A summary was derived from other memories (``memory.provenance.derived_from``)."""
 
     type: Literal["SummaryDerived"] = "SummaryDerived"
-    memory_id: NonEmptyStr
+    memory_id: MemoryId
     revision: int = Field(default=1, ge=1)
     memory: MemoryBody
 
@@ -66,16 +66,16 @@ class MemorySuperseded(Envelope):
     """A memory was replaced by a newer one (``superseded_by``)."""
 
     type: Literal["MemorySuperseded"] = "MemorySuperseded"
-    memory_id: NonEmptyStr
+    memory_id: MemoryId
     revision: int = Field(ge=2)
-    superseded_by: NonEmptyStr
+    superseded_by: MemoryId
 
 
 class MemoryConfirmed(Envelope):
     """The subject confirmed a memory; an inference becomes ``active``."""
 
     type: Literal["MemoryConfirmed"] = "MemoryConfirmed"
-    memory_id: NonEmptyStr
+    memory_id: MemoryId
     revision: int = Field(ge=2)
 
 
@@ -83,7 +83,7 @@ class MemoryRedacted(Envelope):
     """Part of a memory's text was removed; ``content`` is the new, sealed text."""
 
     type: Literal["MemoryRedacted"] = "MemoryRedacted"
-    memory_id: NonEmptyStr
+    memory_id: MemoryId
     revision: int = Field(ge=2)
     fields: tuple[NonEmptyStr, ...]
     content: SealedText

@@ -5,6 +5,7 @@ Field meanings follow DESIGN.md ("The memory record").
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -74,6 +75,19 @@ class SealedText(Frozen):
     key_id: NonEmptyStr
     nonce: Base64Text
     ciphertext: Base64Text
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> SealedText:
+        try:
+            nonce = base64.urlsafe_b64decode(self.nonce)
+            ciphertext = base64.urlsafe_b64decode(self.ciphertext)
+        except ValueError:
+            raise ValueError("nonce, ciphertext: must be URL-safe base64") from None
+        if len(nonce) != 12:
+            raise ValueError("nonce: must be 12 bytes (AES-GCM)")
+        if len(ciphertext) < 16:
+            raise ValueError("ciphertext: shorter than the 16-byte AES-GCM tag")
+        return self
 
 
 class MemoryBody(Frozen):

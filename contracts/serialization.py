@@ -28,16 +28,22 @@ def decode_event(data: bytes) -> Event:
         raw: Any = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UnknownEventError(f"not valid UTF-8 JSON: {exc}") from None
+    except (RecursionError, ValueError, MemoryError) as exc:  # nesting too deep, huge integers
+        raise UnknownEventError(f"JSON the reader refuses: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(raw, dict):
         raise UnknownEventError("an event must be a JSON object")
     try:
         raw = upcast(raw)
     except UpcastError as exc:
         raise UnknownEventError(str(exc)) from None
+    except Exception as exc:  # an upcaster choking on malformed input is malformed input
+        raise UnknownEventError(f"upcasting failed: {type(exc).__name__}: {str(exc)[:200]}") from None
     try:
         return EVENT_ADAPTER.validate_python(raw)
     except ValidationError as exc:
         raise UnknownEventError(describe_validation_error(exc)) from None
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise UnknownEventError(f"event the reader refuses: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def describe_validation_error(exc: ValidationError) -> str:

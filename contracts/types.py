@@ -20,11 +20,44 @@ def _to_utc(value: datetime) -> datetime:
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 """A timezone-aware datetime, normalised to UTC. Naive datetimes are rejected."""
 
-NonEmptyStr = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=512)]
-"""An identifier-like string: 1 to 512 characters after stripping white space."""
+_MAX_ID_BYTES = 512
 
-Content = Annotated[str, StringConstraints(min_length=1, max_length=65_536)]
-"""Memory text: 1 to 65,536 characters."""
+
+def _identifier(value: str) -> str:
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError("must not contain control characters")
+    if len(value.encode("utf-8")) > _MAX_ID_BYTES:
+        raise ValueError(f"must be at most {_MAX_ID_BYTES} bytes in UTF-8")
+    return value
+
+
+def _text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must contain more than white space")
+    if any((ord(c) < 0x20 and c not in "\t\n\r") or ord(c) == 0x7F for c in value):
+        raise ValueError("must not contain control characters (tab, newline and carriage return are allowed)")
+    return value
+
+
+NonEmptyStr = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=512), AfterValidator(_identifier)
+]
+"""An identifier-like string: 1 to 512 characters (and bytes in UTF-8) after stripping
+white space, no control characters."""
+
+Content = Annotated[str, StringConstraints(min_length=1, max_length=65_536), AfterValidator(_text)]
+"""Memory text: 1 to 65,536 characters, not only white space, no control characters but
+tab, newline and carriage return."""
+
+MemoryId = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True,
+        to_lower=True,
+        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+    ),
+]
+"""A memory id: a UUID in canonical text form (the ledger assigns UUIDv7, RFC 9562)."""
 
 Kind = Literal["preference", "fact", "inference", "task_state", "summary"]
 Sensitivity = Literal["public", "internal", "personal", "restricted"]

@@ -17,12 +17,14 @@ import os
 import secrets
 
 import psycopg
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from contracts.memory import SealedText
-from ledger.errors import KeyStoreError
+from ledger.errors import CorruptContentError, KeyStoreError
+from ledger.pgschema import ensure_schema
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS memory_keys (
@@ -84,7 +86,7 @@ class Keyring:
     @staticmethod
     def install(conn: psycopg.Connection) -> None:
         """Create the key table if missing."""
-        conn.execute(SCHEMA_SQL)
+        ensure_schema(conn, "memory_keys", SCHEMA_SQL)
 
     def fingerprint(self, text: str) -> str:
         """HMAC-SHA256 (hex) of ``text`` under the fingerprint key."""
@@ -117,7 +119,10 @@ class Keyring:
         data_key = self._load(conn, sealed.key_id)
         if data_key is None:
             return None
-        plain = AESGCM(data_key).decrypt(_unb64(sealed.nonce), _unb64(sealed.ciphertext), sealed.key_id.encode())
+        try:
+            plain = AESGCM(data_key).decrypt(_unb64(sealed.nonce), _unb64(sealed.ciphertext), sealed.key_id.encode())
+        except InvalidTag:
+            raise CorruptContentError(sealed.key_id) from None
         return plain.decode("utf-8")
 
     def destroy(self, conn: psycopg.Connection, key_ids: list[str]) -> int:
@@ -140,4 +145,9 @@ class Keyring:
         if row is None or row[0] is None:
             return None
         wrapped = bytes(row[0])
-        return self._master.decrypt(wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], key_id.encode())
+        try:
+            return self._master.decrypt(wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], key_id.encode())
+        except InvalidTag:
+            raise KeyStoreError(
+                f"master_key: does not open data key {key_id!r}; is MEMLEDGER_MASTER_KEY the one the ledger uses?"
+            ) from None

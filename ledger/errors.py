@@ -42,5 +42,13 @@ class EventLogError(LedgerError):
         self.retriable = retriable
 
 
+class CorruptContentError(LedgerError):
+    """Sealed text that its own data key does not open: the event was forged or damaged."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(f"sealed content under key {key_id!r} fails authentication (forged or damaged)")
+        self.key_id = key_id
+
+
 class KeyStoreError(LedgerError):
     """The key store is misconfigured (for example a master key of the wrong length)."""

@@ -10,6 +10,7 @@ explicit partition assignment; consumer groups belong to the workers.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
 import time
@@ -36,7 +37,13 @@ def ensure_topics(bootstrap: str, partitions: int, topics: Sequence[str] = (TOPI
         raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
     try:
         existing = set(admin.list_topics())
-        missing = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
+        # an event log keeps every record: no time or size retention
+        keep = {"retention.ms": "-1", "retention.bytes": "-1"}
+        missing = [
+            NewTopic(t, num_partitions=partitions, replication_factor=1, topic_configs=keep)
+            for t in topics
+            if t not in existing
+        ]
         if missing:
             try:
                 admin.create_topics(missing)
@@ -152,13 +159,20 @@ class KafkaDeadLetterQueue:
         self._bootstrap = bootstrap
         self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
 
+    MAX_VALUE_BYTES = 256 * 1024
+    """A dead letter keeps at most this many bytes of the original value (the rest is
+    described by its length and SHA-256), so that it always fits in a Kafka record."""
+
     def put(self, letter: DeadLetter) -> None:
+        kept = letter.value[: self.MAX_VALUE_BYTES]
         body = {
             "projection": letter.projection,
             "partition": letter.partition,
             "offset": letter.offset,
-            "key": letter.key,
-            "value_b64": base64.b64encode(letter.value).decode("ascii"),
+            "key": letter.key[:1024],
+            "value_b64": base64.b64encode(kept).decode("ascii"),
+            "value_bytes": len(letter.value),
+            "value_sha256": hashlib.sha256(letter.value).hexdigest(),
             "reason": letter.reason,
             "failed_at_ns": time.time_ns(),
         }

@@ -14,6 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from ledger.errors import EventLogError
 from ledger.eventlog import TOPIC, DeadLetter, LogPosition, LogRecord, partition_for
+from ledger.pgschema import ensure_schema
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS memory_events (
@@ -38,7 +39,7 @@ class PostgresEventLog:
         self._partitions = partitions
         self._pool = pool
         with pool.connection() as conn:
-            conn.execute(SCHEMA_SQL)
+            ensure_schema(conn, "memory_events", SCHEMA_SQL)
 
     @property
     def partitions(self) -> int:
@@ -126,7 +127,7 @@ class PostgresDeadLetterQueue:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
         with pool.connection() as conn:
-            conn.execute(DLQ_SCHEMA_SQL)
+            ensure_schema(conn, "memory_dlq", DLQ_SCHEMA_SQL)
 
     def put(self, letter: DeadLetter) -> None:
         try:

@@ -276,12 +276,11 @@ class Ledger:
                 legal_basis=cmd.legal_basis,
                 affected=affected,
             )
-            (position,) = self._append([event])
             conn.execute(
                 """
                 INSERT INTO erasure_requests (request_id, subject_id, request_kind, memory_ids, content_hmacs,
-                    requested_by, reason, legal_basis, requested_at, log_partition, log_offset)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                    requested_by, reason, legal_basis, requested_at)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
                 """,
                 (
                     request_id,
@@ -293,9 +292,12 @@ class Ledger:
                     cmd.reason,
                     cmd.legal_basis,
                     now,
-                    position.partition,
-                    position.offset,
                 ),
+            )
+            (position,) = self._append([event])  # last: a failure above leaves nothing in the log
+            conn.execute(
+                "UPDATE erasure_requests SET log_partition = %s, log_offset = %s WHERE request_id = %s",
+                (position.partition, position.offset, request_id),
             )
         return CommandResult((event,), (position,), request_id=request_id, affected=tuple(targets))
 
@@ -330,6 +332,8 @@ class Ledger:
             owner = batch.get(mid) or (known[mid].subject_id if mid in known else None)
             if owner != cmd.subject_id:
                 raise UnknownMemoryError(mid, "provenance.derived_from")
+            if mid in known and known[mid].status == "erased":
+                raise InvalidCommandError("provenance.derived_from", f"memory {mid!r} was erased")
         status = "needs_confirmation" if cmd.kind == "inference" and not cmd.confirmed else "active"
         body = MemoryBody(
             kind=cmd.kind,

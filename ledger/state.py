@@ -15,6 +15,8 @@ from typing import Any
 
 import psycopg
 
+from ledger.pgschema import ensure_schema
+
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS ledger_memories (
     memory_id     text PRIMARY KEY,
@@ -78,7 +80,7 @@ class MemoryHead:
 
 def install(conn: psycopg.Connection) -> None:
     """Create the ledger's tables if missing."""
-    conn.execute(SCHEMA_SQL)
+    ensure_schema(conn, "tombstones", SCHEMA_SQL)
 
 
 def _head(row: tuple[Any, ...]) -> MemoryHead:

@@ -10,6 +10,7 @@ between the two re-applies harmlessly (DESIGN.md, invariant 2).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +23,11 @@ from psycopg_pool import ConnectionPool
 from contracts import ErasureRequested, Event
 from contracts.memory import SealedText
 from ledger.crypto import Keyring
+from ledger.errors import CorruptContentError
 from ledger.eventlog import LogPosition
+from ledger.pgschema import ensure_schema
+
+log = logging.getLogger(__name__)
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS projection_positions (
@@ -136,7 +141,7 @@ class TransactionalProjection(PositionedProjection):
 
 def install(conn: psycopg.Connection) -> None:
     """Create the shared tables (positions, receipts) if missing."""
-    conn.execute(SCHEMA_SQL)
+    ensure_schema(conn, "erasure_receipts", SCHEMA_SQL)
 
 
 def load_positions(conn: psycopg.Connection, projection: str) -> dict[int, int]:
@@ -226,7 +231,7 @@ class ContentAccess:
         with self._conn(conn) as c:
             if c.execute("SELECT 1 FROM tombstones WHERE memory_id = %s", (memory_id,)).fetchone():
                 return None
-            return self.keyring.open(c, sealed)
+            return self._open(c, memory_id, sealed)
 
     def open_many(self, items: Sequence[tuple[str, SealedText]]) -> list[str | None]:
         """``open`` for several (memory_id, sealed) pairs on one connection, in order."""
@@ -235,7 +240,14 @@ class ContentAccess:
         with self.pool.connection() as c:
             ids = [m for m, _ in items]
             gone = {r[0] for r in c.execute("SELECT memory_id FROM tombstones WHERE memory_id = ANY(%s)", (ids,))}
-            return [None if m in gone else self.keyring.open(c, sealed) for m, sealed in items]
+            return [None if m in gone else self._open(c, m, sealed) for m, sealed in items]
+
+    def _open(self, conn: psycopg.Connection, memory_id: str, sealed: SealedText) -> str | None:
+        try:
+            return self.keyring.open(conn, sealed)
+        except CorruptContentError as exc:
+            log.error("memory %s: content skipped: %s", memory_id, exc)
+            return None
 
     def tombstoned(self, memory_ids: list[str]) -> set[str]:
         """Which of ``memory_ids`` have a tombstone."""

@@ -25,6 +25,7 @@ from contracts import (
     touched_memories,
 )
 from ledger.eventlog import LogPosition
+from ledger.pgschema import ensure_schema
 from projections import base
 
 FTS_CONFIG = "english"
@@ -98,7 +99,7 @@ class FactsProjection(base.TransactionalProjection):
         self.table = f"facts_v{version}"
         self.history = f"facts_history_v{version}"
         with pool.connection() as conn:
-            conn.execute(schema_sql(version))
+            ensure_schema(conn, self.history, schema_sql(version))
 
     def reset(self) -> None:
         with self._pool.connection() as conn, conn.transaction():

@@ -21,7 +21,9 @@ from typing import Any
 
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
+from redis.exceptions import RedisError
 
+from contracts import utc_now
 from ledger.principals import Principal
 from projections.cache import RecallCache
 from projections.embedding import Embedder
@@ -29,6 +31,9 @@ from projections.errors import RecallError
 from projections.vector_index import VectorFilter, VectorIndex, VectorIndexError
 
 log = logging.getLogger(__name__)
+
+CACHE_NOW_WINDOW_S = 60.0
+"""Recall at a ``now`` further than this from the clock (seconds) bypasses the cache."""
 
 
 @dataclass(frozen=True)
@@ -142,17 +147,23 @@ class Recall:
         scopes = sorted({f"subject:{subject_id}", *scope_keys})
         statuses = ["active", "needs_confirmation"] if include_unconfirmed else ["active"]
         request = {"purpose": purpose, "query": query, "k": k, "scopes": scopes, "statuses": statuses}
-        cache_key = generation = None
-        if self._cache is not None:
-            cache_key = self._cache.entry_key(subject_id, request)
-            hit = self._cache.get(cache_key)
-            if hit is not None:
-                cached = [RecallItem(**i) for i in hit]
-                return RecallResult([i for i in cached if not _expired(i, now)], cached=True)
-            generation = self._cache.generation(subject_id)
         params = {"subject": subject_id, "purpose": purpose, "statuses": statuses, "scopes": scopes, "now": now}
-        rankings = [self._fts(query, params)]
         degraded: list[str] = []
+        cache_key = generation = None
+        # the cache answers only for "now" queries: a result computed at another time would
+        # be wrong at this one
+        if self._cache is not None and abs((now - utc_now()).total_seconds()) <= CACHE_NOW_WINDOW_S:
+            try:
+                cache_key = self._cache.entry_key(subject_id, request)
+                hit = self._cache.get(cache_key)
+                if hit is not None:
+                    return RecallResult(self._revalidate(hit, params), cached=True)
+                generation = self._cache.generation(subject_id)
+            except RedisError as exc:
+                log.warning("recall without cache: %s", exc)
+                degraded.append("cache")
+                cache_key = generation = None
+        rankings = [self._fts(query, params)]
         if self._index is not None and self._embedder is not None:
             flt = VectorFilter(
                 subject_id=subject_id,
@@ -181,8 +192,18 @@ class Recall:
             if len(items) == k:
                 break
         if self._cache is not None and cache_key is not None and generation is not None and not degraded:
-            self._store(subject_id, cache_key, generation, items, now)
+            try:
+                self._store(subject_id, cache_key, generation, items, now)
+            except RedisError as exc:
+                log.warning("recall result not cached: %s", exc)
         return RecallResult(items, degraded=degraded)
+
+    def _revalidate(self, hit: list[dict[str, Any]], params: dict[str, Any]) -> list[RecallItem]:
+        """Cached items re-read from the facts table under the same rules at ``now``:
+        anything erased, revoked, superseded, expired or changed since is dropped or
+        refreshed, even if the cache projection has not caught up yet."""
+        rows = self._rows([i["memory_id"] for i in hit], params)
+        return [_item(rows[i["memory_id"]], i["score"], i["matched_by"]) for i in hit if i["memory_id"] in rows]
 
     def _fts(self, query: str, params: dict[str, Any]) -> list[str]:
         sql = f"""
@@ -214,10 +235,6 @@ class Recall:
                 ttl_s = min(ttl_s, datetime.fromisoformat(item.expires_at).timestamp() - now.timestamp())
         if math.isfinite(ttl_s):
             self._cache.put(subject_id, key, generation, [asdict(i) for i in items], ttl_s)
-
-
-def _expired(item: RecallItem, now: datetime) -> bool:
-    return item.expires_at is not None and datetime.fromisoformat(item.expires_at) <= now
 
 
 def _item(row: dict[str, Any], score: float, matched: list[str]) -> RecallItem:

@@ -22,6 +22,7 @@ from contracts import (
     touched_memories,
 )
 from ledger.eventlog import LogPosition
+from ledger.pgschema import ensure_schema
 from projections import base
 
 
@@ -61,7 +62,7 @@ class SummariesProjection(base.TransactionalProjection):
         self._content = content
         self.table = f"summaries_v{version}"
         with pool.connection() as conn:
-            conn.execute(schema_sql(version))
+            ensure_schema(conn, self.table, schema_sql(version))
 
     def reset(self) -> None:
         with self._pool.connection() as conn, conn.transaction():

@@ -100,9 +100,7 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         }
         found = {
             "facts": conn.execute(
-                f"SELECT count(*) FROM {targets.facts_table} WHERE subject_id = %s"
-                " AND (memory_id = ANY(%s) OR content_hmac = ANY(%s))",
-                (subject, ids, hmacs),
+                f"SELECT count(*) FROM {targets.facts_table} WHERE memory_id = ANY(%s)", (ids,)
             ).fetchone()[0],  # type: ignore[index]
             "history": conn.execute(
                 f"SELECT count(*) FROM {targets.history_table} WHERE memory_id = ANY(%s) AND content_hmac IS NOT NULL",
@@ -117,6 +115,12 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
                 "SELECT count(*) FROM memory_keys WHERE key_id = ANY(%s) AND wrapped_key IS NOT NULL", (ids,)
             ).fetchone()[0],  # type: ignore[index]
         }
+        # identical text held by other, unerased memories of the subject: reported, not a failure
+        same_text = conn.execute(
+            f"SELECT count(*) FROM {targets.facts_table} WHERE subject_id = %s AND content_hmac = ANY(%s)"
+            " AND NOT memory_id = ANY(%s)",
+            (subject, hmacs, ids),
+        ).fetchone()[0]  # type: ignore[index]
     report = TraceReport(
         request_id=request_id,
         subject_id=subject,
@@ -135,6 +139,8 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
     receipts["log"] = (requested_at, part, off, len(ids))
     for store in STORES:
         report.stores.append(_store_trace(store, receipts.get(store), found.get(store), requested_at))
+    if same_text:
+        report.stores[0].probe += f" (by id; {same_text} other memories of the subject hold identical text)"
     statuses = {s.status for s in report.stores}
     report.verdict = "failed" if "failed" in statuses else "complete" if statuses == {"applied"} else "pending"
     return report

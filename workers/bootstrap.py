@@ -67,13 +67,19 @@ class Services:
     def runner(self, name: str, retry: RetryPolicy | None = None) -> ProjectionRunner:
         return ProjectionRunner(self.projections[name], self.dlq, retry)
 
-    def catch_up(self, progress: Callable[[str, int, int], None] | None = None) -> int:
+    def catch_up(
+        self, progress: Callable[[str, int, int], None] | None = None, retry: RetryPolicy | None = None
+    ) -> int:
         """Run every in-process projection to the end of the log; returns records handled.
-        ``progress(stage, done, total)`` is called after each batch, one stage per projection."""
+        ``progress(stage, done, total)`` is called after each batch, one stage per projection.
+
+        Raises:
+            ProjectionStalledError: a store stayed down beyond ``retry`` (default: forever).
+        """
         handled = 0
         for name, projection in self.projections.items():
             if progress is None:
-                handled += self.runner(name).catch_up(self.log)
+                handled += self.runner(name, retry).catch_up(self.log)
                 continue
             done = projection.positions()
             total = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in self.log.end_offsets().items())
@@ -84,7 +90,7 @@ class Services:
                 count += n
                 progress(stage, count, total)
 
-            handled += self.runner(name).catch_up(self.log, progress=step)
+            handled += self.runner(name, retry).catch_up(self.log, progress=step)
         return handled
 
     def trace_targets(self) -> TraceTargets:

@@ -13,7 +13,7 @@ from contracts import utc_now
 from projections.recall import RecallResult
 from projections.trace import render_text, to_json, trace
 from workers.bootstrap import PROJECTION_NAMES
-from workers.cliutil import emit, parse_time, services
+from workers.cliutil import emit, parse_time, project_if_embedded, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 
@@ -49,8 +49,7 @@ def recall(
     """Recall SUBJECT's memories for QUERY, for a purpose and task scope."""
     moment = parse_time(now, "now") or utc_now()
     with services() as svc:
-        if svc.settings.mode == "embedded":
-            svc.catch_up()
+        project_if_embedded(svc)
         result = svc.recall.recall(
             svc.principal(),
             subject,
@@ -68,6 +67,7 @@ def trace_cmd(request_id: str, as_json: JsonOpt = False) -> None:
     """Show where erasure REQUEST_ID was applied, store by store, with live probes."""
     with services() as svc:
         report = trace(svc.pool, request_id, svc.trace_targets())
+        svc.principal().require("erase", report.subject_id)  # only who may erase may see the trail
     if as_json:
         print(to_json(report))
     else:

@@ -12,6 +12,8 @@ from typing import Any
 
 import typer
 
+from projections.errors import ProjectionStalledError
+from projections.runner import RetryPolicy
 from workers.bootstrap import PROJECTION_NAMES, Services, build
 from workers.settings import Settings
 
@@ -49,10 +51,20 @@ def services(own_vectors: bool | None = None, projections: tuple[str, ...] = PRO
         svc.close()
 
 
+EMBEDDED_RETRY = RetryPolicy(initial_s=0.2, max_s=2.0, max_attempts=5)
+"""In-process projections give up after about 4 s; the events stay in the log."""
+
+
 def project_if_embedded(svc: Services) -> None:
-    """In the embedded mode projections run in-process: apply what was just appended."""
-    if svc.settings.mode == "embedded":
-        svc.catch_up()
+    """In the embedded mode projections run in-process: apply what was just appended.
+    A store that stays down does not fail the command (its events are in the log): the
+    projection is reported pending and catches up on the next command."""
+    if svc.settings.mode != "embedded":
+        return
+    try:
+        svc.catch_up(retry=EMBEDDED_RETRY)
+    except ProjectionStalledError as exc:
+        warn(f"warning: {exc}; the events are in the log and will be applied by the next command")
 
 
 def parse_time(value: str | None, field: str) -> datetime | None:

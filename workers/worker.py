@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ledger.eventlog import LogRecord
+from projections.runner import ProjectionRunner
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
@@ -63,11 +65,16 @@ def _run_embedded(settings: Settings, names: Sequence[str], poll_interval_s: flo
         svc.close()
 
 
+def _spawn(name: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "workers", "worker", "--projection", name])
+
+
 def _supervise(names: Sequence[str]) -> None:
-    """Start one child worker per projection; stop them all on SIGTERM/SIGINT or when one dies."""
-    children = {
-        name: subprocess.Popen([sys.executable, "-m", "workers", "worker", "--projection", name]) for name in names
-    }
+    """Start one child worker per projection and restart one that dies (backoff 1 s
+    doubling to 60 s); stop them all on SIGTERM/SIGINT."""
+    children = {name: _spawn(name) for name in names}
+    backoff_s = dict.fromkeys(names, 1.0)
+    restart_at: dict[str, float] = {}
     stopping = False
 
     def stop(*_: Any) -> None:
@@ -79,10 +86,20 @@ def _supervise(names: Sequence[str]) -> None:
     print(f"worker: supervising {', '.join(f'{n} (pid {c.pid})' for n, c in children.items())}", flush=True)
     try:
         while not stopping:
-            dead = [n for n, c in children.items() if c.poll() is not None]
-            if dead:
-                log.error("worker for %s exited with %s; stopping the others", dead, children[dead[0]].returncode)
-                break
+            now = time.monotonic()
+            for name, child in children.items():
+                if child.poll() is None or stopping:
+                    continue
+                if name not in restart_at:
+                    restart_at[name] = now + backoff_s[name]
+                    print(
+                        f"worker: {name} exited with {child.returncode}; restarting in {backoff_s[name]:.0f}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    backoff_s[name] = min(backoff_s[name] * 2, 60.0)
+                elif now >= restart_at.pop(name):
+                    children[name] = _spawn(name)
             time.sleep(0.5)
     finally:
         for child in children.values():
@@ -135,8 +152,15 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
                 )
                 for e in events
             ]
-            records.sort(key=lambda r: (r.partition, r.offset))
-            await loop.run_in_executor(None, runner.handle, records)
+            try:
+                await loop.run_in_executor(None, handle_contiguously, svc, runner, records)
+            except BaseException:
+                # faust may already have committed this batch's offsets: never let it go on
+                # past records that were not applied. Exit hard; on restart, positions decide.
+                log.critical(
+                    "%s: cannot apply a batch; exiting so that nothing is skipped", projection.id, exc_info=True
+                )
+                os._exit(70)
 
     group = f"{settings.consumer_group_prefix}.{projection.id}"
     print(f"worker: {projection.id} on {settings.kafka_bootstrap}, consumer group {group}", flush=True)
@@ -147,6 +171,36 @@ def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: fl
         if server is not None:
             server.stop()
         svc.close()
+
+
+def handle_contiguously(svc: Services, runner: ProjectionRunner, records: list[LogRecord]) -> None:
+    """Apply ``records`` (any order, any partitions) so that no offset is ever skipped.
+
+    The consumer group's committed offsets are only a hint: a record the projection has
+    not applied (its stored position is behind the first record delivered) is read from
+    the log directly and applied first. Records at or before the position are already
+    done and change nothing.
+    """
+    done = runner.projection.positions()
+    by_partition: dict[int, list[LogRecord]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_partition.setdefault(record.partition, []).append(record)
+    for partition, batch in by_partition.items():
+        expected = done.get(partition, -1) + 1
+        while expected < batch[0].offset:
+            missing = svc.log.read(partition, expected, min(500, batch[0].offset - expected))
+            if not missing:
+                raise RuntimeError(f"partition {partition}: offsets {expected}..{batch[0].offset - 1} are not readable")
+            log.warning(
+                "%s: re-reading partition %d offsets %d..%d the consumer skipped",
+                runner.projection.id,
+                partition,
+                missing[0].offset,
+                missing[-1].offset,
+            )
+            runner.handle(missing)
+            expected = missing[-1].offset + 1
+        runner.handle(batch)
 
 
 def _maybe_serve_vectors(svc: Services, name: str) -> Any:

@@ -136,12 +136,15 @@ def test_malformed_event_on_the_topic_goes_to_the_dlq(kafka_cli: Cli) -> None:
     write(kafka_cli, "dave", "Dave writes Haskell")  # creates the topics
     producer = KafkaProducer(bootstrap_servers=kafka_cli.env["MEMLEDGER_KAFKA_BOOTSTRAP"])
     producer.send(kafka_cli.env["MEMLEDGER_TOPIC"], key=b"dave", value=b'{"type": "MemoryExploded"}').get(30)
+    nested = b"[" * 100_000 + b"]" * 100_000  # deeper than the JSON reader goes
+    producer.send(kafka_cli.env["MEMLEDGER_TOPIC"], key=b"dave", value=nested).get(30)
     producer.close()
     after = write(kafka_cli, "dave", "Dave also writes OCaml")
     kafka_cli.start_worker()
     wait_until(lambda: lag_zero(kafka_cli), what="catch-up past the bad record", logs=kafka_cli.worker_logs)
     letters = kafka_cli.json("dlq")
     assert {d["projection"] for d in letters} == {"facts_v1", "vectors_v1", "cache_v1", "summaries_v1"}
-    assert all("MemoryExploded" in d["reason"] or "type" in d["reason"] for d in letters)
+    assert len(letters) == 8, letters  # two bad records, four projections
+    assert all("type" in d["reason"] or "RecursionError" in d["reason"] for d in letters)
     dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
     assert count(dsn, "SELECT count(*) FROM facts_v1 WHERE memory_id = %s", after) == 1
