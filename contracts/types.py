@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, AwareDatetime, StringConstraints
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, StringConstraints
 
 
 def _to_utc(value: datetime) -> datetime:
@@ -49,13 +49,15 @@ Content = Annotated[str, StringConstraints(min_length=1, max_length=65_536), Aft
 """Memory text: 1 to 65,536 characters, not only white space, no control characters but
 tab, newline and carriage return."""
 
+
+def _canonical_id(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
 MemoryId = Annotated[
     str,
-    StringConstraints(
-        strip_whitespace=True,
-        to_lower=True,
-        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-    ),
+    BeforeValidator(_canonical_id),
+    StringConstraints(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
 ]
 """A memory id: a UUID in canonical text form (the ledger assigns UUIDv7, RFC 9562)."""
 

@@ -3,6 +3,7 @@ driven by the ledger through the Postgres event log and in-process runners."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ def test_applying_a_record_twice_or_an_older_revision_changes_nothing(svc: Servi
     env = {"subject_id": "alice", "producer": "test", "correlation_id": "c", "occurred_at": utc_now()}
     facts.apply(MemoryConfirmed(event_id="e3", memory_id=r.memory_id, revision=3, **env), LogPosition(0, 100))
     facts.apply(
-        MemorySuperseded(event_id="e2", memory_id=r.memory_id, revision=2, superseded_by="x", **env),
+        MemorySuperseded(event_id="e2", memory_id=r.memory_id, revision=2, superseded_by=str(uuid.uuid4()), **env),
         LogPosition(0, 101),
     )
     assert one(svc, "SELECT status, revision FROM facts_v1 WHERE memory_id = %s", r.memory_id) == ("active", 3)
@@ -240,3 +241,31 @@ def test_erasing_again_is_refused_and_the_first_trace_stays_complete(svc: Servic
         svc.ledger.erase(p, EraseMemories(subject_id="alice", whole_subject=True, reason="everything"))
     assert first.request_id
     assert trace(svc.pool, first.request_id, svc.trace_targets()).verdict == "complete"
+
+
+def test_deriving_from_an_erased_memory_is_refused(svc: Services) -> None:
+    from ledger.errors import InvalidCommandError
+
+    p = svc.principal()
+    keep = svc.ledger.write(p, memory_write(content="Alice prefers dark mode")).memory_id
+    gone = svc.ledger.write(p, memory_write(content="Alice's phone is 555-0100")).memory_id
+    assert keep and gone
+    svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone,), reason="asked"))
+    summary = memory_write(
+        kind="summary",
+        content="Alice: dark mode, phone 555-0100",
+        provenance={"writer": "s", "written_at": utc_now(), "derived_from": [keep, gone]},
+    )
+    with pytest.raises(InvalidCommandError, match="was erased") as info:
+        svc.ledger.write(p, summary)
+    assert info.value.field == "provenance.derived_from"
+    assert gone in str(info.value)
+    ok = svc.ledger.write(
+        p,
+        memory_write(
+            kind="summary",
+            content="Alice: dark mode",
+            provenance={"writer": "s", "written_at": utc_now(), "derived_from": [keep]},
+        ),
+    )
+    assert ok.memory_id

@@ -4,7 +4,9 @@ immutability, and the checked-in JSON Schema."""
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -42,12 +44,42 @@ from contracts.schema import SCHEMA_PATH, current_schema, render_schema
 # --------------------------------------------------------------------------- strategies
 
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:@ éü中"
-_B64_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_="
+_CONTROL = "".join(chr(i) for i in range(0x20)) + "\x7f"
+"""The characters identifiers refuse: C0 controls and DEL."""
+_CONTROL_BUT_TAB_NL_CR = _CONTROL.translate({ord("\t"): None, ord("\n"): None, ord("\r"): None})
+"""The characters content refuses."""
 
 ids = st.text(alphabet=_ID_ALPHABET, min_size=1, max_size=24).filter(lambda s: s.strip() != "")
-"""Identifier-like strings (``NonEmptyStr``); may hold inner spaces and non-ASCII letters."""
+"""Identifier-like strings (``NonEmptyStr``); may hold inner spaces and non-ASCII letters,
+never control characters, at most 72 UTF-8 bytes."""
 
-b64 = st.text(alphabet=_B64_ALPHABET, min_size=1, max_size=40)
+memory_ids = st.uuids().map(str)
+"""Memory ids of events (``MemoryId``): UUIDs in canonical lowercase text form."""
+
+contents = st.text(
+    alphabet=st.characters(exclude_categories=("Cs",), exclude_characters=_CONTROL_BUT_TAB_NL_CR),
+    min_size=1,
+    max_size=200,
+).filter(lambda s: s.strip() != "")
+"""Memory text (``Content``): any text but surrogates and control characters other than
+tab, newline and carriage return, with at least one character that is not white space."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
+
+
+nonces = st.binary(min_size=12, max_size=12).map(_b64)
+"""AES-GCM nonces: 12 bytes, URL-safe base64."""
+ciphertexts = st.binary(min_size=16, max_size=48).map(_b64)
+"""AES-GCM ciphertexts: at least the 16-byte tag, URL-safe base64."""
+
+MID = str(uuid.UUID(int=1))
+"""A valid memory id for the literal events below."""
+NONCE = _b64(bytes(range(12)))
+CIPHERTEXT = _b64(bytes(range(16, 40)))
+SEALED = {"key_id": MID, "nonce": NONCE, "ciphertext": CIPHERTEXT}
+"""A well-formed ``SealedText`` (12-byte nonce, 24-byte ciphertext) as JSON."""
 offsets = st.integers(min_value=-14 * 60, max_value=14 * 60).map(lambda m: timezone(timedelta(minutes=m)))
 """Fixed UTC offsets from -14:00 to +14:00, UTC included."""
 
@@ -77,7 +109,7 @@ def provenances(draw: st.DrawFn, needs_sources: bool = False) -> Provenance:
 
 
 retentions = st.builds(Retention, basis=st.sampled_from(RETENTION_BASES), expires_at=st.none() | aware_datetimes)
-sealed_texts = st.builds(SealedText, key_id=ids, nonce=b64, ciphertext=b64)
+sealed_texts = st.builds(SealedText, key_id=memory_ids, nonce=nonces, ciphertext=ciphertexts)
 
 
 @st.composite
@@ -95,7 +127,7 @@ def memory_writes(draw: st.DrawFn) -> MemoryWrite:
     return MemoryWrite(
         subject_id=subject_id,
         kind=kind,
-        content=draw(st.text(min_size=1, max_size=200)),
+        content=draw(contents),
         purpose=draw(ids),
         scope=draw(scopes_for(subject_id)),
         provenance=draw(provenances(needs_sources=kind in ("inference", "summary"))),
@@ -128,7 +160,7 @@ def memory_bodies(draw: st.DrawFn, kind: str | None = None) -> MemoryBody:
     )
 
 
-memory_refs = st.builds(MemoryRef, memory_id=ids, revision=st.integers(min_value=1, max_value=10_000))
+memory_refs = st.builds(MemoryRef, memory_id=memory_ids, revision=st.integers(min_value=1, max_value=10_000))
 affected = st.lists(memory_refs, max_size=4).map(tuple)
 
 
@@ -146,15 +178,17 @@ def _envelope() -> dict[str, Any]:
 later_revisions = st.integers(min_value=2, max_value=10_000)
 
 EVENT_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {
-    MemoryWritten: st.builds(MemoryWritten, memory_id=ids, memory=memory_bodies(), **_envelope()),
-    SummaryDerived: st.builds(SummaryDerived, memory_id=ids, memory=memory_bodies(kind="summary"), **_envelope()),
-    MemorySuperseded: st.builds(
-        MemorySuperseded, memory_id=ids, revision=later_revisions, superseded_by=ids, **_envelope()
+    MemoryWritten: st.builds(MemoryWritten, memory_id=memory_ids, memory=memory_bodies(), **_envelope()),
+    SummaryDerived: st.builds(
+        SummaryDerived, memory_id=memory_ids, memory=memory_bodies(kind="summary"), **_envelope()
     ),
-    MemoryConfirmed: st.builds(MemoryConfirmed, memory_id=ids, revision=later_revisions, **_envelope()),
+    MemorySuperseded: st.builds(
+        MemorySuperseded, memory_id=memory_ids, revision=later_revisions, superseded_by=memory_ids, **_envelope()
+    ),
+    MemoryConfirmed: st.builds(MemoryConfirmed, memory_id=memory_ids, revision=later_revisions, **_envelope()),
     MemoryRedacted: st.builds(
         MemoryRedacted,
-        memory_id=ids,
+        memory_id=memory_ids,
         revision=later_revisions,
         fields=st.lists(ids, max_size=3).map(tuple),
         content=sealed_texts,
@@ -287,10 +321,10 @@ def test_decode_converts_each_timestamp_field_to_utc(text: str, expected: dateti
         "subject_id": "user-1",
         "producer": "test",
         "correlation_id": "c-1",
-        "memory_id": "m-1",
+        "memory_id": MID,
         "memory": {
             "kind": "fact",
-            "content": {"key_id": "m-1", "nonce": "bm9uY2U=", "ciphertext": "Y2lwaGVy"},
+            "content": SEALED,
             "purpose": "support",
             "scope": {"type": "subject", "id": "user-1"},
             "provenance": {"writer": "agent", "written_at": text},
@@ -337,7 +371,7 @@ def _event(**overrides: Any) -> dict[str, Any]:
         "subject_id": "user-1",
         "producer": "test",
         "correlation_id": "c-1",
-        "memory_id": "m-1",
+        "memory_id": MID,
         "revision": 2,
     }
     base.update(overrides)
@@ -396,7 +430,7 @@ def test_naive_occurred_at_in_log_bytes_is_an_unknown_event() -> None:
 def test_naive_written_at_in_an_event_body_is_rejected() -> None:
     body = {
         "kind": "fact",
-        "content": {"key_id": "k", "nonce": "n", "ciphertext": "c"},
+        "content": SEALED,
         "purpose": "support",
         "scope": {"type": "workspace", "id": "w-1"},
         "provenance": {"writer": "agent", "written_at": NAIVE},
@@ -471,7 +505,7 @@ def test_derived_kind_without_derived_from_is_rejected(kind: str) -> None:
 def test_summary_body_without_derived_from_is_rejected() -> None:
     body = {
         "kind": "summary",
-        "content": {"key_id": "k", "nonce": "n", "ciphertext": "c"},
+        "content": SEALED,
         "purpose": "support",
         "scope": {"type": "workspace", "id": "w-1"},
         "provenance": {"writer": "summariser", "written_at": NOW},
@@ -488,6 +522,226 @@ def test_subject_scope_naming_another_subject_is_rejected() -> None:
     _assert_names_field(info.value, "scope.id")
     # Any other scope type may name any id.
     assert MemoryWrite(**_write(scope={"type": "workspace", "id": "user-2"})).scope.id == "user-2"
+
+
+# --------------------------------------------------------------------------- memory ids
+
+NOT_UUIDS = {
+    "legacy": "m-1",
+    "empty": "",
+    "word": "not-a-uuid",
+    "number": "42",
+    "no-hyphens": "00000000000000000000000000000001",
+    "braces": "{00000000-0000-0000-0000-000000000001}",
+    "urn": "urn:uuid:00000000-0000-0000-0000-000000000001",
+    "non-hex": "00000000-0000-0000-0000-00000000000g",
+    "too-long": "00000000-0000-0000-0000-0000000000001",
+    "too-short": "00000000-0000-0000-0000-00000000001",
+    "nul": "00000000-0000-0000-0000-000000000001\x00",
+}
+
+
+def _envelope_only() -> dict[str, Any]:
+    return {k: v for k, v in _event().items() if k not in ("memory_id", "revision")}
+
+
+@pytest.mark.parametrize("value", NOT_UUIDS.values(), ids=NOT_UUIDS.keys())
+def test_memory_id_that_is_not_a_uuid_is_rejected_naming_the_field(value: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        MemoryConfirmed(**_event(memory_id=value))
+    _assert_names_field(info.value, "memory_id")
+    with pytest.raises(ValidationError) as info:
+        MemorySuperseded(**_event(superseded_by=value))
+    _assert_names_field(info.value, "superseded_by")
+    with pytest.raises(ValidationError) as info:
+        MemoryRef(memory_id=value, revision=2)
+    _assert_names_field(info.value, "memory_id")
+
+
+def test_memory_id_of_a_written_memory_must_be_a_uuid() -> None:
+    body = MemoryBody(
+        kind="fact",
+        content=SealedText(**SEALED),
+        purpose="support",
+        scope=Scope(type="subject", id="user-1"),
+        provenance=Provenance(writer="agent", written_at=NOW),
+        confidence=1.0,
+    )
+    assert MemoryWritten(**_envelope_only(), memory_id=MID, memory=body).memory_id == MID
+    with pytest.raises(ValidationError) as info:
+        MemoryWritten(**_envelope_only(), memory_id="m-1", memory=body)
+    _assert_names_field(info.value, "memory_id")
+
+
+def test_affected_memory_ids_must_be_uuids_and_the_error_names_the_item() -> None:
+    affected = [{"memory_id": MID, "revision": 2}, {"memory_id": "m-2", "revision": 2}]
+    with pytest.raises(ValidationError) as info:
+        RetentionExpired(**_envelope_only(), affected=affected)
+    _assert_names_field(info.value, "affected.1.memory_id")
+
+
+def test_surrounding_white_space_of_a_memory_id_is_stripped() -> None:
+    assert MemoryConfirmed(**_event(memory_id=f" {MID}\n")).memory_id == MID
+
+
+@pytest.mark.parametrize("field", ["memory_id", "superseded_by"])
+def test_decode_rejects_an_event_whose_memory_id_is_not_a_uuid(field: str) -> None:
+    event = MemorySuperseded(**_event(superseded_by=str(uuid.UUID(int=2))))
+    raw = json.loads(encode_event(event))
+    raw[field] = "m-1"
+    with pytest.raises(UnknownEventError) as info:
+        decode_event(json.dumps(raw).encode())
+    assert field in info.value.reason
+
+
+# --------------------------------------------------------------------------- identifiers and content
+
+CONTROL_IN_IDS = {
+    "nul": "user\x00-1",
+    "escape": "user-1\x1b[31m-red",
+    "bell": "\x07user-1",
+    "inner-newline": "user\n1",
+    "inner-tab": "user\t1",
+    "inner-cr": "user\r1",
+    "del": "user\x7f1",
+}
+WORKSPACE = {"type": "workspace", "id": "w-1"}
+
+
+@pytest.mark.parametrize("value", CONTROL_IN_IDS.values(), ids=CONTROL_IN_IDS.keys())
+@pytest.mark.parametrize("field", ["subject_id", "purpose"])
+def test_identifier_with_a_control_character_is_rejected(field: str, value: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        MemoryWrite(**_write(**{field: value, "scope": WORKSPACE}))
+    _assert_names_field(info.value, field)
+    assert "control characters" in str(info.value)
+
+
+@pytest.mark.parametrize("value", CONTROL_IN_IDS.values(), ids=CONTROL_IN_IDS.keys())
+def test_event_subject_id_with_a_control_character_is_rejected(value: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        MemoryConfirmed(**_event(subject_id=value))
+    _assert_names_field(info.value, "subject_id")
+    raw = json.loads(encode_event(MemoryConfirmed(**_event())))
+    raw["subject_id"] = value
+    with pytest.raises(UnknownEventError) as decode_info:
+        decode_event(json.dumps(raw).encode())
+    assert "subject_id" in decode_info.value.reason
+
+
+@settings(deadline=None)
+@given(prefix=ids, control=st.sampled_from(_CONTROL), suffix=ids)
+def test_any_control_character_inside_an_identifier_is_rejected(prefix: str, control: str, suffix: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        Scope(type="workspace", id=f"{prefix}{control}{suffix}")
+    _assert_names_field(info.value, "id")
+
+
+def test_white_space_around_an_identifier_is_stripped_not_refused() -> None:
+    command = MemoryWrite(**_write(subject_id="\tuser-1 \n", purpose=" support\r\n"))
+    assert (command.subject_id, command.purpose) == ("user-1", "support")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["é" * 257, "中" * 171, "🙂" * 129, "x" * 513],
+    ids=["2-byte-514", "3-byte-513", "4-byte-516", "ascii-513"],
+)
+def test_identifier_over_512_utf8_bytes_is_rejected(value: str) -> None:
+    assert len(value.encode("utf-8")) > 512
+    with pytest.raises(ValidationError) as info:
+        MemoryWrite(**_write(subject_id=value, scope=WORKSPACE))
+    _assert_names_field(info.value, "subject_id")
+    with pytest.raises(ValidationError) as info:
+        MemoryConfirmed(**_event(subject_id=value))
+    _assert_names_field(info.value, "subject_id")
+
+
+@pytest.mark.parametrize("value", ["x" * 512, "é" * 256, "🙂" * 128], ids=["ascii", "2-byte", "4-byte"])
+def test_identifier_of_exactly_512_utf8_bytes_is_accepted(value: str) -> None:
+    assert len(value.encode("utf-8")) == 512
+    assert MemoryWrite(**_write(subject_id=value, scope=WORKSPACE)).subject_id == value
+
+
+CONTROL_IN_CONTENT = {
+    "nul": "likes green\x00tea",
+    "escape": "\x1b[2Jlikes green tea",
+    "bell": "likes green tea\x07",
+    "vertical-tab": "likes\x0bgreen tea",
+    "form-feed": "likes\x0cgreen tea",
+    "del": "likes green tea\x7f",
+}
+
+
+@pytest.mark.parametrize("content", CONTROL_IN_CONTENT.values(), ids=CONTROL_IN_CONTENT.keys())
+def test_content_with_a_control_character_is_rejected(content: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        MemoryWrite(**_write(content=content))
+    _assert_names_field(info.value, "content")
+    assert "control characters" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["line one\nline two", "name\tvalue", "windows\r\nline", "\tindented\n", "\n\nlikes tea\r"],
+    ids=["newline", "tab", "crlf", "leading-tab", "surrounding"],
+)
+def test_content_may_hold_tab_newline_and_carriage_return_kept_as_is(content: str) -> None:
+    assert MemoryWrite(**_write(content=content)).content == content
+
+
+@pytest.mark.parametrize(
+    "content",
+    [" ", "     ", "\t", "\n\r\n", " \t\n ", "\u00a0\u3000"],
+    ids=["space", "spaces", "tab", "newlines", "mixed", "unicode-spaces"],
+)
+def test_whitespace_only_content_is_rejected(content: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        MemoryWrite(**_write(content=content))
+    _assert_names_field(info.value, "content")
+    assert "white space" in str(info.value)
+
+
+@settings(deadline=None)
+@given(content=contents, control=st.sampled_from(_CONTROL_BUT_TAB_NL_CR))
+def test_any_forbidden_control_character_in_content_is_rejected(content: str, control: str) -> None:
+    assert MemoryWrite(**_write(content=content)).content == content
+    with pytest.raises(ValidationError) as info:
+        MemoryWrite(**_write(content=content + control))
+    _assert_names_field(info.value, "content")
+
+
+# --------------------------------------------------------------------------- sealed text
+
+
+@pytest.mark.parametrize("size", [1, 8, 11, 13, 16, 24])
+def test_sealed_text_nonce_must_be_12_bytes(size: int) -> None:
+    with pytest.raises(ValidationError) as info:
+        SealedText(key_id=MID, nonce=_b64(bytes(size)), ciphertext=CIPHERTEXT)
+    _assert_names_field(info.value, "nonce")
+    assert "12 bytes" in str(info.value)
+
+
+@pytest.mark.parametrize("size", [1, 8, 15])
+def test_sealed_text_ciphertext_must_hold_at_least_the_16_byte_tag(size: int) -> None:
+    with pytest.raises(ValidationError) as info:
+        SealedText(key_id=MID, nonce=NONCE, ciphertext=_b64(bytes(size)))
+    _assert_names_field(info.value, "ciphertext")
+    assert SealedText(key_id=MID, nonce=NONCE, ciphertext=_b64(bytes(16))).ciphertext == _b64(bytes(16))
+
+
+def test_sealed_text_with_bad_base64_padding_is_rejected() -> None:
+    with pytest.raises(ValidationError) as info:
+        SealedText(key_id=MID, nonce="AAAAA", ciphertext=CIPHERTEXT)
+    assert "base64" in str(info.value)
+
+
+def test_decode_rejects_sealed_content_with_a_short_nonce() -> None:
+    raw = json.loads(encode_event(MemoryRedacted(**_event(fields=["content"], content=SEALED))))
+    raw["content"]["nonce"] = _b64(bytes(8))
+    with pytest.raises(UnknownEventError) as info:
+        decode_event(json.dumps(raw).encode())
+    assert "nonce" in info.value.reason
 
 
 # --------------------------------------------------------------------------- decode_event errors
@@ -571,6 +825,37 @@ def test_decode_reports_the_failing_field_of_a_known_type() -> None:
     assert "https://" not in info.value.reason
 
 
+DEPTH = 100_000
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * DEPTH + b"]" * DEPTH,
+        b'{"a":' * DEPTH + b"1" + b"}" * DEPTH,
+        b'{"type": "MemoryWritten", "memory": ' + b'{"a":' * DEPTH + b"1" + b"}" * DEPTH + b"}",
+    ],
+    ids=["arrays", "objects", "inside-an-event"],
+)
+def test_decode_of_100000_deep_nested_json_is_an_unknown_event(data: bytes) -> None:
+    with pytest.raises(UnknownEventError) as info:
+        decode_event(data)
+    assert info.value.reason
+    assert str(info.value) == info.value.reason
+    assert len(info.value.reason) < 1_000, "the reason must not echo the input"
+
+
+def test_decode_of_json_with_a_5000_digit_integer_is_an_unknown_event() -> None:
+    digits = b"9" * 5000
+    encoded = encode_event(MemoryConfirmed(**_event()))
+    assert b'"revision":2' in encoded
+    for data in (digits, encoded.replace(b'"revision":2', b'"revision":' + digits)):
+        with pytest.raises(UnknownEventError) as info:
+            decode_event(data)
+        assert info.value.reason
+        assert len(info.value.reason) < 1_000, "the reason must not echo the input"
+
+
 # --------------------------------------------------------------------------- immutability
 
 
@@ -606,7 +891,7 @@ def test_event_bodies_are_frozen() -> None:
         **{k: v for k, v in _event().items() if k != "revision"},
         memory=MemoryBody(
             kind="fact",
-            content=SealedText(key_id="m-1", nonce="n", ciphertext="c"),
+            content=SealedText(**SEALED),
             purpose="support",
             scope=Scope(type="subject", id="user-1"),
             provenance=Provenance(writer="agent", written_at=NOW),
@@ -617,10 +902,10 @@ def test_event_bodies_are_frozen() -> None:
         event.memory.confidence = 0.1  # type: ignore[misc]
     with pytest.raises(ValidationError):
         event.memory.content.ciphertext = "other"  # type: ignore[misc]
-    ref = MemoryRef(memory_id="m-1", revision=3)
+    ref = MemoryRef(memory_id=MID, revision=3)
     with pytest.raises(ValidationError):
         ref.revision = 4  # type: ignore[misc]
-    assert (event.memory.confidence, event.memory.content.ciphertext, ref.revision) == (1.0, "c", 3)
+    assert (event.memory.confidence, event.memory.content.ciphertext, ref.revision) == (1.0, CIPHERTEXT, 3)
 
 
 # --------------------------------------------------------------------------- JSON Schema
@@ -650,14 +935,14 @@ def test_sealed_text_holds_the_ciphertext_of_the_longest_allowed_content(char: s
     longest = MemoryWrite(**_write(content=char * 65_536))
     ciphertext_bytes = len(longest.content.encode("utf-8")) + 16  # AES-GCM tag
     ciphertext = "A" * (4 * -(-ciphertext_bytes // 3))  # URL-safe base64 length
-    sealed = SealedText(key_id="m-1", nonce="AAAAAAAAAAAAAAAA", ciphertext=ciphertext)
+    sealed = SealedText(key_id=MID, nonce=NONCE, ciphertext=ciphertext)
     assert len(sealed.ciphertext) == len(ciphertext)
 
 
 @pytest.mark.parametrize("field", ["nonce", "ciphertext"])
 @pytest.mark.parametrize("value", ["", "not base64!", "a+b/c", "has space"], ids=["empty", "bang", "std-b64", "space"])
 def test_sealed_text_fields_must_be_url_safe_base64(field: str, value: str) -> None:
-    fields = {"key_id": "m-1", "nonce": "bm9uY2U=", "ciphertext": "Y2lwaGVy"}
+    fields = dict(SEALED)
     fields[field] = value
     with pytest.raises(ValidationError) as info:
         SealedText(**fields)

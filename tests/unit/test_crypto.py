@@ -8,14 +8,13 @@ import hmac
 import os
 
 import pytest
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from psycopg_pool import ConnectionPool
 
 from contracts import SealedText
 from ledger.crypto import Keyring, new_master_key, parse_master_key
-from ledger.errors import KeyStoreError
+from ledger.errors import CorruptContentError, KeyStoreError
 
 pytestmark = pytest.mark.integration
 
@@ -104,8 +103,40 @@ def test_each_memory_has_its_own_key(installed: ConnectionPool, keyring: Keyring
     forged = SealedText(key_id="m-b", nonce=a.nonce, ciphertext=a.ciphertext)
     with installed.connection() as conn:
         assert keyring.open(conn, b) == "text b"
-        with pytest.raises(InvalidTag):
+        with pytest.raises(CorruptContentError) as info:
             keyring.open(conn, forged)
+    assert info.value.key_id == "m-b"
+    assert "m-b" in str(info.value)
+
+
+def _flip(text: str, index: int) -> str:
+    """``text`` (URL-safe base64) with one bit of byte ``index`` flipped."""
+    data = bytearray(_unb64(text))
+    data[index] ^= 0x01
+    return base64.urlsafe_b64encode(bytes(data)).decode("ascii")
+
+
+@pytest.mark.parametrize("index", [0, 7, -16, -1], ids=["first-byte", "body", "tag-start", "tag-end"])
+def test_open_of_a_tampered_ciphertext_raises_corrupt_content(
+    installed: ConnectionPool, keyring: Keyring, index: int
+) -> None:
+    with installed.connection() as conn:
+        sealed = keyring.seal(conn, "user-1", "m-1", "likes green tea")
+    tampered = SealedText(key_id=sealed.key_id, nonce=sealed.nonce, ciphertext=_flip(sealed.ciphertext, index))
+    with installed.connection() as conn:
+        with pytest.raises(CorruptContentError) as info:
+            keyring.open(conn, tampered)
+        assert keyring.open(conn, sealed) == "likes green tea", "the key itself is untouched"
+    assert info.value.key_id == "m-1"
+    assert "likes green tea" not in str(info.value)
+
+
+def test_open_with_a_tampered_nonce_raises_corrupt_content(installed: ConnectionPool, keyring: Keyring) -> None:
+    with installed.connection() as conn:
+        sealed = keyring.seal(conn, "user-1", "m-1", "likes green tea")
+        tampered = SealedText(key_id=sealed.key_id, nonce=_flip(sealed.nonce, 0), ciphertext=sealed.ciphertext)
+        with pytest.raises(CorruptContentError):
+            keyring.open(conn, tampered)
 
 
 def test_open_of_an_unknown_key_is_none(installed: ConnectionPool, keyring: Keyring) -> None:
@@ -172,10 +203,27 @@ def test_a_different_master_key_cannot_open(installed: ConnectionPool, keyring: 
     with installed.connection() as conn:
         sealed = keyring.seal(conn, "user-1", "m-1", "secret")
     intruder = Keyring(os.urandom(32))
-    with installed.connection() as conn, pytest.raises((InvalidTag, KeyStoreError)):
+    with installed.connection() as conn, pytest.raises(KeyStoreError) as info:
         intruder.open(conn, sealed)
+    message = str(info.value)
+    assert message.startswith("master_key:")
+    assert "m-1" in message
+    assert "secret" not in message
     with installed.connection() as conn:
         assert keyring.open(conn, sealed) == "secret"
+
+
+def test_a_damaged_wrapped_key_raises_key_store_error(installed: ConnectionPool, keyring: Keyring) -> None:
+    with installed.connection() as conn:
+        sealed = keyring.seal(conn, "user-1", "m-1", "secret")
+        row = conn.execute("SELECT wrapped_key FROM memory_keys WHERE key_id = 'm-1'").fetchone()
+        assert row is not None
+        wrapped = bytearray(row[0])
+        wrapped[20] ^= 0x01  # inside the wrapped data key
+        conn.execute("UPDATE memory_keys SET wrapped_key = %s WHERE key_id = 'm-1'", (bytes(wrapped),))
+    with installed.connection() as conn, pytest.raises(KeyStoreError) as info:
+        keyring.open(conn, sealed)
+    assert "m-1" in str(info.value)
 
 
 def test_the_same_master_key_in_a_new_keyring_opens(installed: ConnectionPool) -> None:

@@ -5,6 +5,7 @@ applied"). Covers dead-lettering, retries with backoff, stalling, and catch-up."
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -117,7 +118,7 @@ def _event_bytes(subject: str, n: int) -> bytes:
             subject_id=subject,
             producer="test",
             correlation_id=f"c-{n}",
-            memory_id=f"m-{n}",
+            memory_id=str(uuid.UUID(int=n)),
             revision=2,
         )
     )
