@@ -86,11 +86,27 @@ class KafkaEventLog:
             )
         except KafkaError as exc:
             raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-        found = self._consumer.partitions_for_topic(topic)
+        found = self._wait_for_topic(topic, timeout_s=15.0)
         if not found:
             raise EventLogError(f"topic {topic!r} does not exist on {bootstrap}", retriable=False)
         self._partitions = len(found)
         self._read_lock = threading.Lock()
+
+    def _wait_for_topic(self, topic: str, timeout_s: float) -> set[int]:
+        """Partitions of ``topic``; a topic created a moment ago takes a little while to
+        show in the broker's metadata, so ask again until ``timeout_s`` seconds pass."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if topic in self._consumer.topics():  # refreshes the metadata
+                    found = self._consumer.partitions_for_topic(topic)
+                    if found:
+                        return set(found)
+            except KafkaError:
+                pass
+            if time.monotonic() > deadline:
+                return set()
+            time.sleep(0.2)
 
     @property
     def partitions(self) -> int:

@@ -211,6 +211,7 @@ class Ledger:
         """
         principal.require("write", subject_id)
         now = self._clock()
+        replacement = cmd.replacement.strip() or "[redacted]"
         with self._pool.connection() as conn, conn.transaction():
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
             if head.status == "erased":
@@ -220,8 +221,8 @@ class Ledger:
                 memory_id=cmd.memory_id,
                 revision=head.revision + 1,
                 fields=cmd.fields,
-                content=self._keyring.seal(conn, subject_id, cmd.memory_id, cmd.replacement or "[redacted]"),
-                content_hmac=self._keyring.fingerprint(cmd.replacement),
+                content=self._keyring.seal(conn, subject_id, cmd.memory_id, replacement),
+                content_hmac=self._keyring.fingerprint(replacement),
             )
             state.bump(conn, cmd.memory_id, head.revision + 1)
             positions = self._append([event])
