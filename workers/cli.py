@@ -80,21 +80,22 @@ def _where(r: CommandResult) -> str:
 def _memory_write(
     subject: str,
     content: str,
+    *,
     kind: str,
     purpose: str,
     scope: str,
-    key: str | None,
-    sensitivity: str,
-    expires_at: str | None,
-    basis: str,
-    consent_ref: str | None,
-    turn_id: str | None,
-    source_ref: str | None,
-    derived_from: list[str] | None,
-    confirmed: bool,
-    confidence: float | None,
-    veracity: str,
-    writer: str | None,
+    key: str | None = None,
+    sensitivity: str = "internal",
+    expires_at: str | None = None,
+    basis: str = "indefinite",
+    consent_ref: str | None = None,
+    turn_id: str | None = None,
+    source_ref: str | None = None,
+    derived_from: list[str] | None = None,
+    confirmed: bool = False,
+    confidence: float | None = None,
+    veracity: str = "stated",
+    writer: str | None = None,
 ) -> MemoryWrite:
     return MemoryWrite.model_validate(
         {
@@ -148,25 +149,8 @@ def write(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a new memory about SUBJECT."""
-    cmd = _memory_write(
-        subject,
-        content,
-        kind,
-        purpose,
-        scope,
-        key,
-        sensitivity,
-        expires_at,
-        basis,
-        consent_ref,
-        turn_id,
-        source_ref,
-        derived_from,
-        confirmed,
-        confidence,
-        veracity,
-        writer,
-    )
+    options = {k: v for k, v in locals().items() if k not in ("subject", "content", "as_json")}
+    cmd = _memory_write(subject, content, **options)
     with services() as svc:
         r = svc.ledger.write(svc.principal(), cmd)
         project_if_embedded(svc)
@@ -191,25 +175,8 @@ def supersede(
     as_json: JsonOpt = False,
 ) -> None:
     """Replace MEMORY_ID of SUBJECT with a new memory holding CONTENT."""
-    cmd = _memory_write(
-        subject,
-        content,
-        kind,
-        purpose,
-        scope,
-        key,
-        sensitivity,
-        expires_at,
-        basis,
-        consent_ref,
-        None,
-        None,
-        None,
-        confirmed,
-        None,
-        "stated",
-        writer,
-    )
+    options = {k: v for k, v in locals().items() if k not in ("memory_id", "subject", "content", "as_json")}
+    cmd = _memory_write(subject, content, **options)
     with services() as svc:
         r = svc.ledger.supersede(svc.principal(), memory_id, cmd)
         project_if_embedded(svc)

@@ -21,7 +21,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 def _render_recall(result: RecallResult) -> str:
     if not result.items:
         return "no memories recalled"
-    lines = [f"{len(result.items)} memories{' (from cache)' if result.cached else ''}:"]
+    count = f"{len(result.items)} memor{'y' if len(result.items) == 1 else 'ies'}"
+    lines = [f"{count}{' (from cache)' if result.cached else ''}:"]
     for n, item in enumerate(result.items, start=1):
         flag = " [unconfirmed]" if item.needs_confirmation else ""
         prov = item.provenance
