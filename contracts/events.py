@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from contracts.memory import Frozen, MemoryBody, SealedText
-from contracts.types import MemoryId, NonEmptyStr, UtcDatetime
+from contracts.memory import Frozen, MemoryBody, Scope, SealedText
+from contracts.types import Kind, MemoryId, MemoryStatus, NonEmptyStr, UtcDatetime
 
 SCHEMA_VERSION = 1
 """The current schema version of every event type."""
@@ -79,8 +79,22 @@ class MemoryConfirmed(Envelope):
     revision: int = Field(ge=2)
 
 
+class RedactedState(Frozen):
+    """What a projection needs to rebuild a redacted memory without its original text
+    (whose key the redaction destroyed): the memory's state when it was redacted."""
+
+    status: MemoryStatus
+    kind: Kind
+    purpose: NonEmptyStr
+    scope: Scope
+    expires_at: UtcDatetime | None = None
+    derived_from: tuple[NonEmptyStr, ...] = ()
+
+
 class MemoryRedacted(Envelope):
-    """Part of a memory's text was removed; ``content`` is the new, sealed text."""
+    """Part of a memory's text was removed; ``content`` is the new, sealed text, under a
+    new data key: the key of the text it replaces is destroyed, so no copy of that text
+    in the log stays readable."""
 
     type: Literal["MemoryRedacted"] = "MemoryRedacted"
     memory_id: MemoryId
@@ -88,6 +102,7 @@ class MemoryRedacted(Envelope):
     fields: tuple[NonEmptyStr, ...]
     content: SealedText
     content_hmac: NonEmptyStr | None = None
+    state: RedactedState | None = None
 
 
 class ConsentRevoked(Envelope):

@@ -125,13 +125,16 @@ class Keyring:
             raise CorruptContentError(sealed.key_id) from None
         return plain.decode("utf-8")
 
-    def destroy(self, conn: psycopg.Connection, key_ids: list[str]) -> int:
-        """Destroy the data keys (the wrapped key bytes are overwritten with NULL).
-        Returns how many live keys were destroyed; destroying twice is harmless."""
+    def destroy(self, conn: psycopg.Connection, memory_ids: list[str], keep: str | None = None) -> int:
+        """Destroy every data key of the given memories (``<memory_id>`` and the
+        per-redaction ``<memory_id>/<revision>`` keys), except ``keep``: the wrapped key
+        bytes are overwritten with NULL. Returns how many live keys were destroyed;
+        destroying twice is harmless."""
         cur = conn.execute(
             "UPDATE memory_keys SET wrapped_key = NULL, destroyed_at = now()"
-            " WHERE key_id = ANY(%s) AND wrapped_key IS NOT NULL",
-            (key_ids,),
+            " WHERE (key_id = ANY(%s) OR split_part(key_id, '/', 1) = ANY(%s)) AND wrapped_key IS NOT NULL"
+            " AND key_id IS DISTINCT FROM %s",
+            (memory_ids, memory_ids, keep),
         )
         return cur.rowcount
 

@@ -216,15 +216,19 @@ class Ledger:
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
             if head.status == "erased":
                 raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} was erased")
+            revision = head.revision + 1
+            key_id = f"{cmd.memory_id}/{revision}"  # a new key: the old text's key is destroyed below
             event = MemoryRedacted(
                 **self._envelope(subject_id, now, new_id()),
                 memory_id=cmd.memory_id,
-                revision=head.revision + 1,
+                revision=revision,
                 fields=cmd.fields,
-                content=self._keyring.seal(conn, subject_id, cmd.memory_id, replacement),
+                content=self._keyring.seal(conn, subject_id, key_id, replacement),
                 content_hmac=self._keyring.fingerprint(replacement),
+                state=state.redacted_state(conn, cmd.memory_id),
             )
-            state.bump(conn, cmd.memory_id, head.revision + 1)
+            self._keyring.destroy(conn, [cmd.memory_id], keep=key_id)
+            state.bump(conn, cmd.memory_id, revision)
             positions = self._append([event])
         return CommandResult((event,), tuple(positions), memory_id=cmd.memory_id)
 

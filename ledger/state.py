@@ -15,6 +15,8 @@ from typing import Any
 
 import psycopg
 
+from contracts.events import RedactedState
+from contracts.memory import Scope
 from ledger.pgschema import ensure_schema
 
 SCHEMA_SQL = """
@@ -180,6 +182,25 @@ def bump(conn: psycopg.Connection, memory_id: str, revision: int, status: str | 
     conn.execute(
         "UPDATE ledger_memories SET revision = %s, status = coalesce(%s, status) WHERE memory_id = %s",
         (revision, status, memory_id),
+    )
+
+
+def redacted_state(conn: psycopg.Connection, memory_id: str) -> RedactedState:
+    """The memory's current state, as ``MemoryRedacted`` carries it."""
+    row = conn.execute(
+        "SELECT status, kind, purpose, scope_type, scope_id, expires_at, derived_from FROM ledger_memories"
+        " WHERE memory_id = %s",
+        (memory_id,),
+    ).fetchone()
+    assert row is not None
+    status, kind, purpose, scope_type, scope_id, expires_at, derived = row
+    return RedactedState(
+        status=status,
+        kind=kind,
+        purpose=purpose,
+        scope=Scope(type=scope_type, id=scope_id),
+        expires_at=expires_at,
+        derived_from=tuple(derived or ()),
     )
 
 

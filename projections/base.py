@@ -249,6 +249,10 @@ class ContentAccess:
             log.error("memory %s: content skipped: %s", memory_id, exc)
             return None
 
+    def is_tombstoned(self, memory_id: str, conn: psycopg.Connection) -> bool:
+        """True when the memory was erased (a tombstone exists)."""
+        return conn.execute("SELECT 1 FROM tombstones WHERE memory_id = %s", (memory_id,)).fetchone() is not None
+
     def tombstoned(self, memory_ids: list[str]) -> set[str]:
         """Which of ``memory_ids`` have a tombstone."""
         with self.pool.connection() as c:

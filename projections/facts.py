@@ -123,8 +123,10 @@ class FactsProjection(base.TransactionalProjection):
 
     def _written(self, conn: psycopg.Connection, e: MemoryWritten) -> bool:
         text = self._content.open(e.memory_id, e.memory.content, conn)
-        if text is None:
+        if text is None and self._content.is_tombstoned(e.memory_id, conn):
             return False  # erased before we got here: nothing of it may be stored
+        # text None and no tombstone: a later redaction destroyed this text's key; keep the
+        # row without content, the MemoryRedacted event further on fills it in
         m = e.memory
         status = "needs_confirmation" if m.kind == "inference" and not m.confirmed else "active"
         conn.execute(

@@ -83,7 +83,7 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
 
 _FILTER_SQL = """
   f.subject_id = %(subject)s AND f.purpose = %(purpose)s AND f.status = ANY(%(statuses)s)
-  AND f.kind <> 'summary' AND (f.scope_type || ':' || f.scope_id) = ANY(%(scopes)s)
+  AND f.kind <> 'summary' AND f.content IS NOT NULL AND (f.scope_type || ':' || f.scope_id) = ANY(%(scopes)s)
   AND (f.expires_at IS NULL OR f.expires_at > %(now)s)
   AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.memory_id = f.memory_id)
 """

@@ -112,7 +112,9 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
                 (ids, ids),
             ).fetchone()[0],  # type: ignore[index]
             "log": conn.execute(
-                "SELECT count(*) FROM memory_keys WHERE key_id = ANY(%s) AND wrapped_key IS NOT NULL", (ids,)
+                "SELECT count(*) FROM memory_keys WHERE (key_id = ANY(%s) OR split_part(key_id, '/', 1) = ANY(%s))"
+                " AND wrapped_key IS NOT NULL",
+                (ids, ids),
             ).fetchone()[0],  # type: ignore[index]
         }
         # identical text held by other, unerased memories of the subject: reported, not a failure

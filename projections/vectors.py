@@ -10,6 +10,7 @@ A memory that stops being usable (superseded, revoked, expired, erased) loses it
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -106,6 +107,37 @@ class VectorsProjection(base.PositionedProjection):
                 for m in gone:
                     current.pop(m, None)
 
+    def _payload(
+        self,
+        memory_id: str,
+        subject_id: str,
+        revision: int,
+        content_hmac: str | None,
+        status: str,
+        kind: str,
+        purpose: str,
+        scope_type: str,
+        scope_id: str,
+        expires_at: datetime | None,
+        derived_from: Sequence[str],
+    ) -> dict[str, Any]:
+        """The payload of a point: every field recall filters on, its revision and model."""
+        return {
+            "memory_id": memory_id,
+            "subject_id": subject_id,
+            "purpose": purpose,
+            "scope_type": scope_type,
+            "scope_id": scope_id,
+            "scope_key": scope_key(scope_type, scope_id),
+            "kind": kind,
+            "status": status,
+            "revision": revision,
+            "expires_at": base.epoch_s(expires_at),
+            "model": self._embedder.model_name,
+            "derived_from": list(derived_from),
+            "content_hmac": content_hmac,
+        }
+
     def _upsert(
         self, e: MemoryWritten | MemoryRedacted, vector: list[float], current: dict[str, dict[str, Any]]
     ) -> None:
@@ -113,25 +145,41 @@ class VectorsProjection(base.PositionedProjection):
         if existing is not None and int(existing.get("revision", 0)) >= e.revision:
             return
         if isinstance(e, MemoryRedacted):
-            if existing is None:
+            if existing is not None:
+                payload = existing | {"revision": e.revision, "content_hmac": e.content_hmac}
+            elif e.state is not None and e.state.status in ("active", "needs_confirmation"):
+                # replaying: the original text's key was destroyed by this redaction, so
+                # the point is built from the state the event carries
+                payload = self._payload(
+                    e.memory_id,
+                    e.subject_id,
+                    e.revision,
+                    e.content_hmac,
+                    e.state.status,
+                    e.state.kind,
+                    e.state.purpose,
+                    e.state.scope.type,
+                    e.state.scope.id,
+                    e.state.expires_at,
+                    e.state.derived_from,
+                )
+            else:
                 return  # no live point to rewrite (not usable any more)
-            payload = existing | {"revision": e.revision, "content_hmac": e.content_hmac}
         else:
             m = e.memory
-            payload = {
-                "memory_id": e.memory_id,
-                "subject_id": e.subject_id,
-                "purpose": m.purpose,
-                "scope_type": m.scope.type,
-                "scope_id": m.scope.id,
-                "scope_key": scope_key(m.scope.type, m.scope.id),
-                "kind": m.kind,
-                "status": "needs_confirmation" if m.kind == "inference" and not m.confirmed else "active",
-                "revision": e.revision,
-                "expires_at": base.epoch_s(m.retention.expires_at),
-                "model": self._embedder.model_name,
-                "derived_from": list(m.provenance.derived_from),
-                "content_hmac": m.content_hmac,
-            }
+            status = "needs_confirmation" if m.kind == "inference" and not m.confirmed else "active"
+            payload = self._payload(
+                e.memory_id,
+                e.subject_id,
+                e.revision,
+                m.content_hmac,
+                status,
+                m.kind,
+                m.purpose,
+                m.scope.type,
+                m.scope.id,
+                m.retention.expires_at,
+                m.provenance.derived_from,
+            )
         self._index.upsert([VectorPoint(memory_id=e.memory_id, vector=tuple(vector), payload=payload)])
         current[e.memory_id] = payload

@@ -269,3 +269,29 @@ def test_deriving_from_an_erased_memory_is_refused(svc: Services) -> None:
         ),
     )
     assert ok.memory_id
+
+
+def test_redaction_makes_the_replaced_text_unreadable_and_survives_replay(svc: Services) -> None:
+    from contracts import MemoryWritten, decode_event
+    from ledger.eventlog import read_all
+
+    p = svc.principal()
+    mid = svc.ledger.write(p, memory_write(content="Alice's phone is 555-0199, call after 6pm")).memory_id
+    assert mid
+    svc.ledger.confirm(p, "alice", mid)
+    svc.ledger.redact(p, "alice", RedactMemory(memory_id=mid, replacement="Alice prefers calls after 6pm"))
+    svc.catch_up()
+    with svc.pool.connection() as conn:
+        originals = [decode_event(r.value) for r in read_all(svc.log)]
+        written = [e for e in originals if isinstance(e, MemoryWritten) and e.memory_id == mid]
+        assert written and svc.keyring.open(conn, written[0].memory.content) is None
+    for name in PROJECTION_NAMES:
+        svc.projections[name].reset()
+        svc.runner(name).catch_up(svc.log)
+    assert one(svc, "SELECT content, status FROM facts_v1 WHERE memory_id = %s", mid) == (
+        "Alice prefers calls after 6pm",
+        "active",
+    )
+    assert one(svc, "SELECT count(*) FROM facts_v1 WHERE content LIKE '%%555-0199%%'") == 0
+    assert svc.index is not None and svc.index.retrieve([mid])[mid].payload["status"] == "active"
+    assert recall_ids(svc, "calls after 6pm") == [mid]
