@@ -35,6 +35,7 @@ from contracts import (
     MemoryWrite,
     MemoryWritten,
     RedactMemory,
+    RetentionExpired,
     RevokeConsent,
     SummaryDerived,
     encode_event,
@@ -202,6 +203,44 @@ class Ledger:
             )
             positions = self._append([event])
         return CommandResult((event,), tuple(positions), affected=tuple(r.memory_id for r in affected))
+
+    def sweep(self, principal: Principal, now: datetime | None = None) -> list[CommandResult]:
+        """Expire every live memory whose ``expires_at`` is at or before ``now`` (UTC,
+        default the clock): one ``RetentionExpired`` per subject the principal may write.
+
+        Raises:
+            InvalidCommandError: ``now`` is naive.
+        """
+        now = now or self._clock()
+        if now.tzinfo is None:
+            raise InvalidCommandError("now", "must be timezone-aware (UTC)")
+        results: list[CommandResult] = []
+        with self._pool.connection() as conn:
+            subjects = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT subject_id FROM ledger_memories WHERE status = ANY(%s) AND expires_at <= %s"
+                    " ORDER BY subject_id",
+                    (list(state.ACTIVE_STATUSES), now),
+                )
+            ]
+        for subject_id in subjects:
+            if not principal.may("write", subject_id):
+                log.warning("sweep: principal %s may not write %s; its expired memories stay", principal.id, subject_id)
+                continue
+            with self._pool.connection() as conn, conn.transaction():
+                heads = state.heads_where(
+                    conn, subject_id, "status = ANY(%s) AND expires_at <= %s", (list(state.ACTIVE_STATUSES), now)
+                )
+                if not heads:
+                    continue
+                affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in heads)
+                for ref in affected:
+                    state.bump(conn, ref.memory_id, ref.revision, "expired")
+                event = RetentionExpired(**self._envelope(subject_id, now, new_id()), affected=affected)
+                positions = self._append([event])
+            results.append(CommandResult((event,), tuple(positions), affected=tuple(r.memory_id for r in affected)))
+        return results
 
     def redact(self, principal: Principal, subject_id: str, cmd: RedactMemory) -> CommandResult:
         """Replace a memory's text with ``cmd.replacement``.

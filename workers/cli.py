@@ -246,6 +246,24 @@ def erase(
     )
 
 
+@app.command()
+def sweep(
+    now: Annotated[str | None, typer.Option(help="ISO 8601 time with zone (default: now, UTC)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Expire every memory whose expires_at has passed (appends RetentionExpired per subject)."""
+    moment = parse_time(now, "now")
+    with services() as svc:
+        results = svc.ledger.sweep(svc.principal(), moment)
+        project_if_embedded(svc)
+    expired = [m for r in results for m in r.affected]
+    emit(
+        as_json,
+        {"subjects": len(results), "expired": expired},
+        lambda: f"expired {_memories(len(expired))} of {len(results)} subject(s)",
+    )
+
+
 from workers import cli_data, cli_ops  # noqa: E402  (registers the other commands)
 
 cli_ops.register(app)

@@ -295,3 +295,36 @@ def test_redaction_makes_the_replaced_text_unreadable_and_survives_replay(svc: S
     assert one(svc, "SELECT count(*) FROM facts_v1 WHERE content LIKE '%%555-0199%%'") == 0
     assert svc.index is not None and svc.index.retrieve([mid])[mid].payload["status"] == "active"
     assert recall_ids(svc, "calls after 6pm") == [mid]
+
+
+def test_sweep_expires_what_has_passed_in_every_store(svc: Services) -> None:
+    from datetime import timedelta
+
+    from ledger.errors import InvalidCommandError
+
+    p = svc.principal()
+    soon = svc.ledger.write(
+        p, memory_write(content="Alice is in Lisbon this week", retention={"expires_at": later(1), "basis": "session"})
+    ).memory_id
+    lasting = svc.ledger.write(p, memory_write(content="Alice is based in Porto")).memory_id
+    assert soon and lasting
+    svc.ledger.write(
+        p,
+        memory_write(
+            kind="summary",
+            content="Alice: Porto, in Lisbon this week",
+            provenance={"writer": "s", "written_at": utc_now(), "derived_from": [soon, lasting]},
+        ),
+    )
+    svc.catch_up()
+    assert svc.ledger.sweep(p, utc_now()) == []  # nothing has passed yet
+    results = svc.ledger.sweep(p, utc_now() + timedelta(days=2))
+    assert [r.affected for r in results] == [(soon,)]
+    svc.catch_up()
+    assert one(svc, "SELECT status FROM facts_v1 WHERE memory_id = %s", soon) == "expired"
+    assert svc.index is not None and svc.index.retrieve([soon]) == {}
+    assert one(svc, "SELECT count(*) FROM summaries_v1") == 0
+    assert soon not in recall_ids(svc, "Lisbon this week")
+    assert svc.ledger.sweep(p, utc_now() + timedelta(days=2)) == []
+    with pytest.raises(InvalidCommandError, match="now"):
+        svc.ledger.sweep(p, (utc_now() + timedelta(days=2)).replace(tzinfo=None))
