@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
 from contracts.memory import Frozen, Provenance, Retention, Scope
@@ -90,6 +88,3 @@ class RedactMemory(Frozen):
     memory_id: NonEmptyStr
     replacement: str = Field(max_length=65_536)
     fields: tuple[NonEmptyStr, ...] = ("content",)
-
-
-RequestKind = Literal["memories", "subject"]

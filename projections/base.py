@@ -253,12 +253,6 @@ class ContentAccess:
         """True when the memory was erased (a tombstone exists)."""
         return conn.execute("SELECT 1 FROM tombstones WHERE memory_id = %s", (memory_id,)).fetchone() is not None
 
-    def tombstoned(self, memory_ids: list[str]) -> set[str]:
-        """Which of ``memory_ids`` have a tombstone."""
-        with self.pool.connection() as c:
-            rows = c.execute("SELECT memory_id FROM tombstones WHERE memory_id = ANY(%s)", (memory_ids,)).fetchall()
-        return {r[0] for r in rows}
-
     @contextmanager
     def _conn(self, conn: psycopg.Connection | None) -> Iterator[psycopg.Connection]:
         if conn is not None:

@@ -31,7 +31,7 @@ from projections.vector_index import (
     VectorIndexError,
     VectorPoint,
     canonical_id,
-    dense_vector,
+    points_by_given_id,
     selects_nothing,
 )
 
@@ -226,13 +226,7 @@ class QdrantClientIndex:
             return {}
         with self._engine("retrieve"):
             records = self.client.retrieve(self.collection, ids, with_payload=True, with_vectors=True)
-        found: dict[str, VectorPoint] = {}
-        for r in records:
-            canon = self._id(r.id)
-            mid = given.get(canon, canon)
-            vector = dense_vector(r.vector, collection=self.collection, memory_id=mid)
-            found[mid] = VectorPoint(memory_id=mid, vector=vector, payload=dict(r.payload or {}))
-        return found
+        return points_by_given_id(((self._id(r.id), r.vector, r.payload) for r in records), given, self.collection)
 
     def search(self, vector: Sequence[float], flt: VectorFilter, limit: int) -> list[VectorHit]:
         """Up to ``limit`` points matching ``flt`` (filtered inside the engine), nearest first."""

@@ -20,7 +20,7 @@ import errno
 import fcntl
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
@@ -262,3 +262,22 @@ class PathOwnerLock:
             os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+def points_by_given_id(
+    records: Iterable[tuple[str, Any, Mapping[str, Any] | None]], given: Mapping[str, str], collection: str
+) -> dict[str, VectorPoint]:
+    """Engine records as ``VectorPoint``s keyed by the ids as the caller gave them.
+
+    ``records`` yields (canonical id, engine vector, payload); ``given`` maps canonical
+    ids to the caller's spelling.
+
+    Raises:
+        VectorIndexError: a record holds no dense vector.
+    """
+    found: dict[str, VectorPoint] = {}
+    for canon, raw_vector, payload in records:
+        mid = given.get(canon, canon)
+        vector = dense_vector(raw_vector, collection=collection, memory_id=mid)
+        found[mid] = VectorPoint(memory_id=mid, vector=vector, payload=dict(payload or {}))
+    return found

@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -46,19 +47,20 @@ def run_worker(names: Sequence[str], poll_interval_s: float = 0.5) -> None:
         _supervise(names)
 
 
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT: the loops below check it to stop cleanly."""
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    return stopping
+
+
 def _run_embedded(settings: Settings, names: Sequence[str], poll_interval_s: float) -> None:
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = _stop_on_signals()
     svc = build(settings, projections=tuple(names))
     try:
         print(f"worker: embedded, projections {', '.join(names)}; Ctrl-C stops", flush=True)
-        while not stopping:
+        while not stopping.is_set():
             if svc.catch_up() == 0:
                 time.sleep(poll_interval_s)
     finally:
@@ -75,20 +77,13 @@ def _supervise(names: Sequence[str]) -> None:
     children = {name: _spawn(name) for name in names}
     backoff_s = dict.fromkeys(names, 1.0)
     restart_at: dict[str, float] = {}
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = _stop_on_signals()
     print(f"worker: supervising {', '.join(f'{n} (pid {c.pid})' for n, c in children.items())}", flush=True)
     try:
-        while not stopping:
+        while not stopping.is_set():
             now = time.monotonic()
             for name, child in children.items():
-                if child.poll() is None or stopping:
+                if child.poll() is None or stopping.is_set():
                     continue
                 if name not in restart_at:
                     restart_at[name] = now + backoff_s[name]
