@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from contracts.memory import Frozen, MemoryBody, Scope, SealedText
+from contracts.memory import Frozen, MemoryBody, Provenance, Scope, SealedText
 from contracts.types import Kind, MemoryId, MemoryStatus, NonEmptyStr, UtcDatetime
 
 SCHEMA_VERSION = 1
@@ -54,12 +54,16 @@ class MemoryWritten(Envelope):
 
 
 class SummaryDerived(Envelope):
-    """A summary was derived from other memories (``memory.provenance.derived_from``)."""
+    """A summary was derived from other memories (``memory.provenance.derived_from``).
+
+    ``replaces`` names the summary this one regenerates, when a source of that summary
+    was invalidated and the ledger summarised the sources that remain."""
 
     type: Literal["SummaryDerived"] = "SummaryDerived"
     memory_id: MemoryId
     revision: int = Field(default=1, ge=1)
     memory: MemoryBody
+    replaces: MemoryId | None = None
 
 
 class MemorySuperseded(Envelope):
@@ -77,6 +81,32 @@ class MemoryConfirmed(Envelope):
     type: Literal["MemoryConfirmed"] = "MemoryConfirmed"
     memory_id: MemoryId
     revision: int = Field(ge=2)
+
+
+class MemoryReinforced(Envelope):
+    """The same statement was recorded again for a live memory: no new memory is made;
+    the memory's ``confidence`` rises to the value given (see ``ledger.policy.reinforce``)
+    and ``provenance`` records where the repetition came from."""
+
+    type: Literal["MemoryReinforced"] = "MemoryReinforced"
+    memory_id: MemoryId
+    revision: int = Field(ge=2)
+    confidence: float = Field(ge=0.0, le=1.0)
+    provenance: Provenance
+
+
+class ConflictDetected(Envelope):
+    """Live memories with the same subject, purpose, scope and ``key`` make different
+    claims from different sources. No claim wins by arriving last: every memory in
+    ``affected`` (two or more) becomes ``needs_confirmation`` until the subject confirms
+    one or states the value again."""
+
+    type: Literal["ConflictDetected"] = "ConflictDetected"
+    conflict_id: NonEmptyStr
+    key: NonEmptyStr
+    purpose: NonEmptyStr
+    scope: Scope
+    affected: tuple[MemoryRef, ...] = Field(min_length=2)
 
 
 class RedactedState(Frozen):
@@ -115,10 +145,16 @@ class ConsentRevoked(Envelope):
 
 
 class RetentionExpired(Envelope):
-    """The memories in ``affected`` reached their ``expires_at``."""
+    """The memories in ``affected`` reached the end of their retention, and their data
+    keys were destroyed before this event was appended.
+
+    ``reason`` is ``expires_at`` (the memory's own expiry: status becomes ``expired``)
+    or ``consent_grace`` (a revoked memory's grace period for keeping its content ended:
+    status stays ``revoked``)."""
 
     type: Literal["RetentionExpired"] = "RetentionExpired"
     affected: tuple[MemoryRef, ...]
+    reason: Literal["expires_at", "consent_grace"] = "expires_at"
 
 
 class ErasureRequested(Envelope):
@@ -143,6 +179,8 @@ Event = Annotated[
     | SummaryDerived
     | MemorySuperseded
     | MemoryConfirmed
+    | MemoryReinforced
+    | ConflictDetected
     | MemoryRedacted
     | ConsentRevoked
     | RetentionExpired
@@ -159,6 +197,8 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     SummaryDerived,
     MemorySuperseded,
     MemoryConfirmed,
+    MemoryReinforced,
+    ConflictDetected,
     MemoryRedacted,
     ConsentRevoked,
     RetentionExpired,
@@ -168,6 +208,6 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
 
 def touched_memories(event: Event) -> tuple[MemoryRef, ...]:
     """The (memory_id, revision) pairs an event changes, for any event type."""
-    if isinstance(event, (ConsentRevoked, RetentionExpired, ErasureRequested)):
+    if isinstance(event, (ConsentRevoked, RetentionExpired, ErasureRequested, ConflictDetected)):
         return event.affected
     return (MemoryRef(memory_id=event.memory_id, revision=event.revision),)

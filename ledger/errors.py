@@ -52,3 +52,7 @@ class CorruptContentError(LedgerError):
 
 class KeyStoreError(LedgerError):
     """The key store is misconfigured (for example a master key of the wrong length)."""
+
+
+class PolicyError(LedgerError):
+    """The retention policy file cannot be used (missing, not TOML, or off its schema)."""

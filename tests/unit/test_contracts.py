@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from contracts import (
     EVENT_TYPES,
     SCHEMA_VERSION,
+    ConflictDetected,
     ConsentRevoked,
     ErasureRequested,
     Event,
@@ -26,6 +27,7 @@ from contracts import (
     MemoryConfirmed,
     MemoryRedacted,
     MemoryRef,
+    MemoryReinforced,
     MemorySuperseded,
     MemoryWrite,
     MemoryWritten,
@@ -180,7 +182,11 @@ later_revisions = st.integers(min_value=2, max_value=10_000)
 EVENT_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {
     MemoryWritten: st.builds(MemoryWritten, memory_id=memory_ids, memory=memory_bodies(), **_envelope()),
     SummaryDerived: st.builds(
-        SummaryDerived, memory_id=memory_ids, memory=memory_bodies(kind="summary"), **_envelope()
+        SummaryDerived,
+        memory_id=memory_ids,
+        memory=memory_bodies(kind="summary"),
+        replaces=st.none() | memory_ids,
+        **_envelope(),
     ),
     MemorySuperseded: st.builds(
         MemorySuperseded, memory_id=memory_ids, revision=later_revisions, superseded_by=memory_ids, **_envelope()
@@ -198,7 +204,29 @@ EVENT_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {
     ConsentRevoked: st.builds(
         ConsentRevoked, consent_ref=st.none() | ids, purpose=st.none() | ids, affected=affected, **_envelope()
     ),
-    RetentionExpired: st.builds(RetentionExpired, affected=affected, **_envelope()),
+    MemoryReinforced: st.builds(
+        MemoryReinforced,
+        memory_id=memory_ids,
+        revision=later_revisions,
+        confidence=confidences,
+        provenance=provenances(),
+        **_envelope(),
+    ),
+    ConflictDetected: st.builds(
+        ConflictDetected,
+        conflict_id=ids,
+        key=ids,
+        purpose=ids,
+        scope=st.builds(Scope, type=st.sampled_from(SCOPE_TYPES), id=ids),
+        affected=st.lists(memory_refs, min_size=2, max_size=4).map(tuple),
+        **_envelope(),
+    ),
+    RetentionExpired: st.builds(
+        RetentionExpired,
+        affected=affected,
+        reason=st.sampled_from(("expires_at", "consent_grace")),
+        **_envelope(),
+    ),
     ErasureRequested: st.builds(
         ErasureRequested,
         request_id=ids,
