@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypedDict
 
@@ -23,6 +23,7 @@ from uuid6 import uuid7
 
 from contracts import (
     VERACITY_CONFIDENCE,
+    ConflictDetected,
     ConsentRevoked,
     EraseMemories,
     ErasureRequested,
@@ -31,10 +32,13 @@ from contracts import (
     MemoryConfirmed,
     MemoryRedacted,
     MemoryRef,
+    MemoryReinforced,
     MemorySuperseded,
     MemoryWrite,
     MemoryWritten,
+    Provenance,
     RedactMemory,
+    Retention,
     RetentionExpired,
     RevokeConsent,
     SummaryDerived,
@@ -45,9 +49,14 @@ from ledger import state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 from ledger.eventlog import EventLog, LogPosition
+from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
+from ledger.summariser import ExtractiveSummariser, Summariser
 
 log = logging.getLogger(__name__)
+
+SUMMARISER_WRITER = "memledger.summariser"
+"""``provenance.writer`` of summaries the ledger regenerates."""
 
 
 def new_id() -> str:
@@ -76,7 +85,10 @@ class CommandResult:
 
 
 class Ledger:
-    """The write side. ``producer`` is recorded in every envelope; ``clock`` returns UTC now."""
+    """The write side. ``producer`` is recorded in every envelope; ``clock`` returns UTC
+    now; ``policy`` is the retention policy per sensitivity class (default: the
+    checked-in ``ledger/retention.toml``); ``summariser`` regenerates summaries whose
+    sources were invalidated (default: extractive, no model)."""
 
     def __init__(
         self,
@@ -85,12 +97,16 @@ class Ledger:
         keyring: Keyring,
         producer: str = "memledger",
         clock: Callable[[], datetime] = utc_now,
+        policy: RetentionPolicy | None = None,
+        summariser: Summariser | None = None,
     ) -> None:
         self._pool = pool
         self._log = log
         self._keyring = keyring
         self._producer = producer
         self._clock = clock
+        self.policy = policy or load_policy()
+        self._summariser = summariser or ExtractiveSummariser()
         with pool.connection() as conn:
             state.install(conn)
             Keyring.install(conn)
@@ -102,12 +118,25 @@ class Ledger:
     # -- commands ---------------------------------------------------------------------
 
     def write(self, principal: Principal, cmd: MemoryWrite, correlation_id: str | None = None) -> CommandResult:
-        """Record a new memory (a ``summary`` becomes ``SummaryDerived``).
+        """Record a memory (a ``summary`` becomes ``SummaryDerived``).
+
+        The rules of the memory's slot (same subject, purpose, scope and ``key``):
+
+        - the same statement again (same normalised text) makes no new memory: the live
+          one gets ``MemoryReinforced`` with its confidence raised
+          (``ledger.policy.reinforce``), and is confirmed when the subject stated it;
+          ``CommandResult.memory_id`` is then the existing memory's id;
+        - a different claim for a ``key`` that has a live memory supersedes it when the
+          subject stated it (``veracity="stated"``) or it comes from the same
+          ``source_ref``; otherwise it is a conflict: ``ConflictDetected`` puts every
+          live claim of the slot, the new one included, in ``needs_confirmation``.
 
         Raises:
             NotAuthorisedError: no ``write`` grant for ``cmd.subject_id``.
-            InvalidCommandError: ``retention.expires_at`` not in the future, or a
-                ``provenance.derived_from`` id unknown for this subject.
+            InvalidCommandError: the retention policy of the memory's class refuses it
+                (``retention.expires_at`` not in the future or beyond the class
+                maximum, ``provenance.consent_ref`` missing), or a
+                ``provenance.derived_from`` id unknown for this subject or erased.
             EventLogError: the log did not acknowledge the event; nothing was written.
         """
         return self.write_many(principal, [cmd], correlation_id)[0]
@@ -122,27 +151,26 @@ class Ledger:
         now = self._clock()
         corr = correlation_id or new_id()
         with self._pool.connection() as conn, conn.transaction():
-            batch_ids: dict[str, str] = {}
-            events: list[Event] = []
-            for cmd in cmds:
-                memory_id = new_id()
-                events.append(self._written(conn, cmd, memory_id, now, corr, batch_ids))
-                batch_ids[memory_id] = cmd.subject_id
-            positions = self._append(events)
-        return [
-            CommandResult(events=(e,), positions=(p,), memory_id=e.memory_id)  # type: ignore[union-attr]
-            for e, p in zip(events, positions, strict=True)
-        ]
+            recorded = [self._record(conn, self.policy.apply(cmd, now), now, corr) for cmd in cmds]
+            positions = self._append([e for _, events in recorded for e in events])
+        results: list[CommandResult] = []
+        start = 0
+        for memory_id, events in recorded:
+            results.append(CommandResult(tuple(events), tuple(positions[start : start + len(events)]), memory_id))
+            start += len(events)
+        return results
 
     def supersede(
         self, principal: Principal, memory_id: str, cmd: MemoryWrite, correlation_id: str | None = None
     ) -> CommandResult:
-        """Replace memory ``memory_id`` with a new one written from ``cmd``.
+        """Replace memory ``memory_id`` with a new one written from ``cmd`` (and every
+        other live memory of the new one's slot: an explicit replacement is never a
+        conflict).
 
         Raises:
             UnknownMemoryError: ``memory_id`` is not known.
             InvalidCommandError: the old memory belongs to another subject, or is not
-                ``active``/``needs_confirmation``.
+                ``active``/``needs_confirmation``; or as ``write``.
         """
         principal.require("write", cmd.subject_id)
         now = self._clock()
@@ -151,76 +179,90 @@ class Ledger:
             old = self._one_head(conn, memory_id, cmd.subject_id, "memory_id")
             if old.subject_id != cmd.subject_id:
                 raise InvalidCommandError("subject_id", "a supersession cannot cross subjects")
-            new_id_ = new_id()
-            written = self._written(conn, cmd, new_id_, now, corr, {})
-            superseded = MemorySuperseded(
-                **self._envelope(cmd.subject_id, now, corr, causation_id=written.event_id),
-                memory_id=memory_id,
-                revision=old.revision + 1,
-                superseded_by=new_id_,
-            )
-            state.bump(conn, memory_id, old.revision + 1, "superseded")
-            positions = self._append([written, superseded])
-        return CommandResult((written, superseded), tuple(positions), memory_id=new_id_)
+            new_id_, events = self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=True)
+            if not any(isinstance(e, MemorySuperseded) and e.memory_id == memory_id for e in events):
+                events += self._supersede_all(conn, [old], new_id_, now, corr, events[0].event_id)
+            positions = self._append(events)
+        return CommandResult(tuple(events), tuple(positions), memory_id=new_id_)
 
     def confirm(self, principal: Principal, subject_id: str, memory_id: str) -> CommandResult:
-        """The subject confirmed ``memory_id``: it becomes ``active``.
+        """The subject confirmed ``memory_id``: it becomes ``active``, and every other
+        live memory of its slot (a conflict it was part of) is superseded by it.
 
         Raises:
             UnknownMemoryError, InvalidCommandError (not awaiting confirmation or active).
         """
         principal.require("write", subject_id)
         now = self._clock()
+        corr = new_id()
         with self._pool.connection() as conn, conn.transaction():
             head = self._one_head(conn, memory_id, subject_id, "memory_id")
-            event = MemoryConfirmed(
-                **self._envelope(subject_id, now, new_id()), memory_id=memory_id, revision=head.revision + 1
-            )
-            state.bump(conn, memory_id, head.revision + 1, "active")
-            positions = self._append([event])
-        return CommandResult((event,), tuple(positions), memory_id=memory_id)
+            events = self._confirm(conn, head, now, corr)
+            positions = self._append(events)
+        return CommandResult(tuple(events), tuple(positions), memory_id=memory_id)
 
     def revoke_consent(self, principal: Principal, cmd: RevokeConsent) -> CommandResult:
-        """Withdraw consent by ``consent_ref`` or purpose; every covered live memory
-        becomes ``revoked``. A revocation that covers nothing is still recorded."""
+        """Withdraw consent by ``consent_ref`` or purpose: every covered live memory, and
+        every memory derived from one, becomes ``revoked``. Their data keys are destroyed
+        at once unless their class's ``consent_grace_days`` keeps them longer (then
+        ``sweep`` destroys them when the grace ends). Summaries that lost a source are
+        regenerated from the sources that remain. A revocation that covers nothing is
+        still recorded."""
         principal.require("write", cmd.subject_id)
         now = self._clock()
+        corr = new_id()
         with self._pool.connection() as conn, conn.transaction():
-            heads = state.heads_where(
+            covered = state.heads_where(
                 conn,
                 cmd.subject_id,
                 "status = ANY(%s) AND (consent_ref = %s OR purpose = %s)",
                 (list(state.ACTIVE_STATUSES), cmd.consent_ref, cmd.purpose),
             )
+            ids = [h.memory_id for h in covered]
+            ids += [m for m in state.derived_closure(conn, ids) if m not in ids]
+            heads = [h for h in state.lock_heads(conn, ids).values() if h.status in state.ACTIVE_STATUSES]
             affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in heads)
             for ref in affected:
                 state.bump(conn, ref.memory_id, ref.revision, "revoked")
+                state.set_fields(conn, ref.memory_id, revoked_at=now)
+            no_grace = [h.memory_id for h in heads if self.policy.of(h.sensitivity).consent_grace_days == 0]
+            self._destroy_keys(conn, no_grace, now)
             event = ConsentRevoked(
-                **self._envelope(cmd.subject_id, now, new_id()),
+                **self._envelope(cmd.subject_id, now, corr),
                 consent_ref=cmd.consent_ref,
                 purpose=cmd.purpose,
                 affected=affected,
             )
-            positions = self._append([event])
-        return CommandResult((event,), tuple(positions), affected=tuple(r.memory_id for r in affected))
+            events: list[Event] = [event]
+            events += self._regenerate(conn, heads, {h.memory_id for h in heads}, now, corr, event.event_id)
+            positions = self._append(events)
+        return CommandResult(tuple(events), tuple(positions), affected=tuple(r.memory_id for r in affected))
 
     def sweep(self, principal: Principal, now: datetime | None = None) -> list[CommandResult]:
-        """Expire every live memory whose ``expires_at`` is at or before ``now`` (UTC,
-        default the clock): one ``RetentionExpired`` per subject the principal may write.
+        """Enforce retention at ``now`` (UTC, default the clock), per subject the
+        principal may write:
+
+        - live memories whose ``expires_at`` is at or before ``now``, and the summaries
+          derived from them, expire (``RetentionExpired``, reason ``expires_at``);
+        - revoked memories whose class's consent grace period has ended lose their
+          content (``RetentionExpired``, reason ``consent_grace``).
+
+        Their data keys are destroyed first; summaries that lost a source are regenerated
+        from the sources that remain.
 
         Raises:
             InvalidCommandError: ``now`` is naive.
         """
         now = now or self._clock()
-        if now.tzinfo is None:
+        if now.tzinfo is None or now.utcoffset() is None:
             raise InvalidCommandError("now", "must be timezone-aware (UTC)")
         results: list[CommandResult] = []
         with self._pool.connection() as conn:
             subjects = [
                 r[0]
                 for r in conn.execute(
-                    "SELECT DISTINCT subject_id FROM ledger_memories WHERE status = ANY(%s) AND expires_at <= %s"
-                    " ORDER BY subject_id",
+                    "SELECT DISTINCT subject_id FROM ledger_memories WHERE (status = ANY(%s) AND expires_at <= %s)"
+                    " OR (status = 'revoked' AND keys_destroyed_at IS NULL) ORDER BY subject_id",
                     (list(state.ACTIVE_STATUSES), now),
                 )
             ]
@@ -229,27 +271,25 @@ class Ledger:
                 log.warning("sweep: principal %s may not write %s; its expired memories stay", principal.id, subject_id)
                 continue
             with self._pool.connection() as conn, conn.transaction():
-                heads = state.heads_where(
-                    conn, subject_id, "status = ANY(%s) AND expires_at <= %s", (list(state.ACTIVE_STATUSES), now)
-                )
-                if not heads:
+                events = self._expire(conn, subject_id, now) + self._end_grace(conn, subject_id, now)
+                if not events:
                     continue
-                affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in heads)
-                for ref in affected:
-                    state.bump(conn, ref.memory_id, ref.revision, "expired")
-                event = RetentionExpired(**self._envelope(subject_id, now, new_id()), affected=affected)
-                positions = self._append([event])
-            results.append(CommandResult((event,), tuple(positions), affected=tuple(r.memory_id for r in affected)))
+                positions = self._append(events)
+            touched = tuple(r.memory_id for e in events if isinstance(e, RetentionExpired) for r in e.affected)
+            results.append(CommandResult(tuple(events), tuple(positions), affected=touched))
         return results
 
     def redact(self, principal: Principal, subject_id: str, cmd: RedactMemory) -> CommandResult:
-        """Replace a memory's text with ``cmd.replacement``.
+        """Replace a memory's text with ``cmd.replacement`` under a new data key (the old
+        text's key is destroyed); summaries derived from it are regenerated with the new
+        text and the old ones superseded.
 
         Raises:
             UnknownMemoryError; InvalidCommandError if the memory was erased.
         """
         principal.require("write", subject_id)
         now = self._clock()
+        corr = new_id()
         replacement = cmd.replacement.strip() or "[redacted]"
         with self._pool.connection() as conn, conn.transaction():
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
@@ -257,23 +297,36 @@ class Ledger:
                 raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} was erased")
             revision = head.revision + 1
             key_id = f"{cmd.memory_id}/{revision}"  # a new key: the old text's key is destroyed below
+            sealed = self._keyring.seal(conn, subject_id, key_id, replacement)
             event = MemoryRedacted(
-                **self._envelope(subject_id, now, new_id()),
+                **self._envelope(subject_id, now, corr),
                 memory_id=cmd.memory_id,
                 revision=revision,
                 fields=cmd.fields,
-                content=self._keyring.seal(conn, subject_id, key_id, replacement),
+                content=sealed,
                 content_hmac=self._keyring.fingerprint(replacement),
                 state=state.redacted_state(conn, cmd.memory_id),
             )
             self._keyring.destroy(conn, [cmd.memory_id], keep=key_id)
             state.bump(conn, cmd.memory_id, revision)
-            positions = self._append([event])
-        return CommandResult((event,), tuple(positions), memory_id=cmd.memory_id)
+            state.set_fields(
+                conn,
+                cmd.memory_id,
+                sealed_content=sealed,
+                content_hmac=event.content_hmac,
+                statement_hmac=self._statement_hmac(replacement),
+            )
+            events: list[Event] = [event]
+            summaries = self._live_summaries_of(conn, subject_id, [cmd.memory_id])
+            events += self._regenerate(conn, summaries, set(), now, corr, event.event_id, supersede=True)
+            positions = self._append(events)
+        return CommandResult(tuple(events), tuple(positions), memory_id=cmd.memory_id)
 
     def erase(self, principal: Principal, cmd: EraseMemories, correlation_id: str | None = None) -> CommandResult:
         """Erase memories (and every memory derived from them): destroy their data keys,
-        record tombstones and the request, and append ``ErasureRequested``.
+        record tombstones and the request, and append ``ErasureRequested``; summaries
+        erased only because a source was erased are regenerated from the sources that
+        remain.
 
         Raises:
             NotAuthorisedError: no ``erase`` grant for the subject.
@@ -281,6 +334,7 @@ class Ledger:
         """
         principal.require("erase", cmd.subject_id)
         now = self._clock()
+        corr = correlation_id or new_id()
         request_id = "er-" + new_id()
         with self._pool.connection() as conn, conn.transaction():
             if cmd.whole_subject:
@@ -298,12 +352,14 @@ class Ledger:
                     raise InvalidCommandError("memory_ids", "every memory named is already erased")
                 targets += [m for m in state.derived_closure(conn, targets) if m not in targets]
             heads_by_id = state.lock_heads(conn, targets)
+            named = set(cmd.memory_ids)
+            cascaded = [heads_by_id[m] for m in targets if heads_by_id[m].status != "erased" and m not in named]
             targets = [m for m in targets if heads_by_id[m].status != "erased"]
             affected = tuple(
                 MemoryRef(memory_id=m, revision=heads_by_id[m].revision + 1) for m in targets if m in heads_by_id
             )
             hmacs = state.content_hmacs(conn, targets)
-            self._keyring.destroy(conn, targets)
+            self._destroy_keys(conn, targets, now)
             for ref in affected:
                 state.bump(conn, ref.memory_id, ref.revision, "erased")
             conn.execute(
@@ -312,7 +368,7 @@ class Ledger:
                 (cmd.subject_id, request_id, now, targets),
             )
             event = ErasureRequested(
-                **self._envelope(cmd.subject_id, now, correlation_id or new_id()),
+                **self._envelope(cmd.subject_id, now, corr),
                 request_id=request_id,
                 request_kind="subject" if cmd.whole_subject else "memories",
                 requested_by=principal.id,
@@ -338,14 +394,252 @@ class Ledger:
                     now,
                 ),
             )
-            (position,) = self._append([event])  # last: a failure above leaves nothing in the log
+            events: list[Event] = [event]
+            events += self._regenerate(conn, cascaded, set(targets), now, corr, event.event_id)
+            positions = self._append(events)  # last: a failure above leaves nothing in the log
             conn.execute(
                 "UPDATE erasure_requests SET log_partition = %s, log_offset = %s WHERE request_id = %s",
-                (position.partition, position.offset, request_id),
+                (positions[0].partition, positions[0].offset, request_id),
             )
-        return CommandResult((event,), (position,), request_id=request_id, affected=tuple(targets))
+        return CommandResult(tuple(events), tuple(positions), request_id=request_id, affected=tuple(targets))
+
+    # -- the rules of a slot ------------------------------------------------------------
+
+    def _record(
+        self, conn: psycopg.Connection, cmd: MemoryWrite, now: datetime, corr: str, explicit: bool = False
+    ) -> tuple[str, list[Event]]:
+        """Apply the slot rules to one (policy-checked) write; returns the memory id the
+        write ended in and its events, in log order."""
+        self._check_sources(conn, cmd)
+        if cmd.kind != "summary" and not explicit:
+            same = state.find_statement(
+                conn, cmd.subject_id, cmd.purpose, cmd.scope, cmd.key, self._statement_hmac(cmd.content)
+            )
+            if same is not None:
+                return same.memory_id, self._reinforce(conn, same, cmd, now, corr)
+        memory_id = new_id()
+        written = self._written(conn, cmd, memory_id, now, corr)
+        events: list[Event] = [written]
+        if cmd.key is None or cmd.kind == "summary":
+            return memory_id, events
+        rivals = [h for h in state.live_in_slot(conn, cmd.subject_id, cmd.purpose, cmd.scope, cmd.key)]
+        rivals = [h for h in rivals if h.memory_id != memory_id]
+        if not rivals:
+            return memory_id, events
+        same_source = cmd.provenance.source_ref is not None and all(
+            h.source_ref == cmd.provenance.source_ref for h in rivals
+        )
+        if explicit or cmd.veracity == "stated" or same_source:
+            events += self._supersede_all(conn, rivals, memory_id, now, corr, written.event_id)
+        else:
+            new_head = state.lock_heads(conn, [memory_id])[memory_id]
+            events.append(self._conflict(conn, [*rivals, new_head], cmd, now, corr, written.event_id))
+        return memory_id, events
+
+    def _reinforce(
+        self, conn: psycopg.Connection, head: state.MemoryHead, cmd: MemoryWrite, now: datetime, corr: str
+    ) -> list[Event]:
+        evidence = cmd.confidence if cmd.confidence is not None else VERACITY_CONFIDENCE[cmd.veracity]
+        confidence = reinforce(head.confidence, evidence)
+        event = MemoryReinforced(
+            **self._envelope(cmd.subject_id, now, corr),
+            memory_id=head.memory_id,
+            revision=head.revision + 1,
+            confidence=confidence,
+            provenance=cmd.provenance,
+        )
+        state.bump(conn, head.memory_id, event.revision)
+        state.set_fields(conn, head.memory_id, confidence=confidence)
+        events: list[Event] = [event]
+        if head.status == "needs_confirmation" and cmd.veracity == "stated":
+            # the subject said it: that confirms an inference or a claim in conflict
+            events += self._confirm(conn, replace(head, revision=event.revision), now, corr)
+        return events
+
+    def _confirm(self, conn: psycopg.Connection, head: state.MemoryHead, now: datetime, corr: str) -> list[Event]:
+        event = MemoryConfirmed(
+            **self._envelope(head.subject_id, now, corr), memory_id=head.memory_id, revision=head.revision + 1
+        )
+        state.bump(conn, head.memory_id, event.revision, "active")
+        events: list[Event] = [event]
+        if head.key is not None and head.kind != "summary":
+            rivals = state.live_in_slot(conn, head.subject_id, head.purpose, head.scope, head.key)
+            rivals = [h for h in rivals if h.memory_id != head.memory_id]
+            events += self._supersede_all(conn, rivals, head.memory_id, now, corr, event.event_id)
+        return events
+
+    def _supersede_all(
+        self,
+        conn: psycopg.Connection,
+        olds: Sequence[state.MemoryHead],
+        by: str,
+        now: datetime,
+        corr: str,
+        causation_id: str,
+    ) -> list[Event]:
+        events: list[Event] = []
+        for old in olds:
+            events.append(
+                MemorySuperseded(
+                    **self._envelope(old.subject_id, now, corr, causation_id=causation_id),
+                    memory_id=old.memory_id,
+                    revision=old.revision + 1,
+                    superseded_by=by,
+                )
+            )
+            state.bump(conn, old.memory_id, old.revision + 1, "superseded")
+        if olds:
+            summaries = self._live_summaries_of(conn, olds[0].subject_id, [o.memory_id for o in olds])
+            invalid = {o.memory_id for o in olds}
+            events += self._regenerate(conn, summaries, invalid, now, corr, causation_id, supersede=True, successor=by)
+        return events
+
+    def _conflict(
+        self,
+        conn: psycopg.Connection,
+        members: Sequence[state.MemoryHead],
+        cmd: MemoryWrite,
+        now: datetime,
+        corr: str,
+        causation_id: str,
+    ) -> ConflictDetected:
+        assert cmd.key is not None
+        affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in members)
+        for ref in affected:
+            state.bump(conn, ref.memory_id, ref.revision, "needs_confirmation")
+        return ConflictDetected(
+            **self._envelope(cmd.subject_id, now, corr, causation_id=causation_id),
+            conflict_id="cf-" + new_id(),
+            key=cmd.key,
+            purpose=cmd.purpose,
+            scope=cmd.scope,
+            affected=affected,
+        )
+
+    # -- retention ------------------------------------------------------------------------
+
+    def _expire(self, conn: psycopg.Connection, subject_id: str, now: datetime) -> list[Event]:
+        due = state.heads_where(
+            conn, subject_id, "status = ANY(%s) AND expires_at <= %s", (list(state.ACTIVE_STATUSES), now)
+        )
+        ids = [h.memory_id for h in due]
+        summaries = self._live_summaries_of(conn, subject_id, ids)
+        heads = [*due, *(s for s in summaries if s.memory_id not in ids)]
+        if not heads:
+            return []
+        affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in heads)
+        for ref in affected:
+            state.bump(conn, ref.memory_id, ref.revision, "expired")
+        self._destroy_keys(conn, [h.memory_id for h in heads], now)
+        corr = new_id()
+        event = RetentionExpired(**self._envelope(subject_id, now, corr), affected=affected, reason="expires_at")
+        invalid = {h.memory_id for h in heads}
+        cascaded = [s for s in summaries if s.memory_id not in ids]
+        return [event, *self._regenerate(conn, cascaded, invalid, now, corr, event.event_id)]
+
+    def _end_grace(self, conn: psycopg.Connection, subject_id: str, now: datetime) -> list[Event]:
+        revoked = state.heads_where(conn, subject_id, "status = 'revoked' AND keys_destroyed_at IS NULL", ())
+        rows = conn.execute(
+            "SELECT memory_id, revoked_at FROM ledger_memories WHERE memory_id = ANY(%s)",
+            ([h.memory_id for h in revoked],),
+        ).fetchall()
+        revoked_at = {r[0]: r[1] for r in rows}
+        due = [
+            h
+            for h in revoked
+            if revoked_at.get(h.memory_id) is None
+            or revoked_at[h.memory_id] + self.policy.of(h.sensitivity).consent_grace <= now
+        ]
+        if not due:
+            return []
+        affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in due)
+        for ref in affected:
+            state.bump(conn, ref.memory_id, ref.revision)
+        self._destroy_keys(conn, [h.memory_id for h in due], now)
+        return [
+            RetentionExpired(**self._envelope(subject_id, now, new_id()), affected=affected, reason="consent_grace")
+        ]
+
+    def _destroy_keys(self, conn: psycopg.Connection, memory_ids: Sequence[str], now: datetime) -> None:
+        if memory_ids:
+            self._keyring.destroy(conn, list(memory_ids))
+            state.mark_keys_destroyed(conn, memory_ids, now)
+
+    # -- summaries ------------------------------------------------------------------------
+
+    def _live_summaries_of(
+        self, conn: psycopg.Connection, subject_id: str, memory_ids: Sequence[str]
+    ) -> list[state.MemoryHead]:
+        if not memory_ids:
+            return []
+        return state.heads_where(
+            conn,
+            subject_id,
+            "kind = 'summary' AND status = ANY(%s) AND derived_from && %s::text[]",
+            (list(state.ACTIVE_STATUSES), list(memory_ids)),
+        )
+
+    def _regenerate(
+        self,
+        conn: psycopg.Connection,
+        summaries: Sequence[state.MemoryHead],
+        invalid: set[str],
+        now: datetime,
+        corr: str,
+        causation_id: str,
+        supersede: bool = False,
+        successor: str | None = None,
+    ) -> list[Event]:
+        """New summaries for ``summaries`` from their sources that are still active and
+        readable (not in ``invalid``); with ``supersede`` the old summary is superseded
+        by the new one (the caller has invalidated it otherwise), or by ``successor``
+        when no source is left. A summary past its own expiry is not regenerated."""
+        events: list[Event] = []
+        for old in summaries:
+            if old.kind != "summary" or (old.expires_at is not None and old.expires_at <= now):
+                continue
+            sources = [m for m in old.derived_from if m not in invalid]
+            heads = state.lock_heads(conn, sources)
+            texts: list[str] = []
+            kept: list[str] = []
+            for m in sources:
+                head = heads.get(m)
+                if head is None or head.status != "active" or head.sealed_content is None:
+                    continue
+                text = self._keyring.open(conn, head.sealed_content)
+                if text is not None:
+                    texts.append(text)
+                    kept.append(m)
+            if not texts:
+                if supersede and successor is not None:  # nothing left to summarise: the successor replaces it
+                    events += self._supersede_all(conn, [old], successor, now, corr, causation_id)
+                continue
+            cmd = MemoryWrite(
+                subject_id=old.subject_id,
+                kind="summary",
+                content=self._summariser.summarise(texts),
+                purpose=old.purpose,
+                scope=old.scope,
+                provenance=Provenance(
+                    writer=SUMMARISER_WRITER, written_at=now, consent_ref=old.consent_ref, derived_from=tuple(kept)
+                ),
+                key=old.key,
+                sensitivity=old.sensitivity,  # type: ignore[arg-type]
+                retention=Retention(basis=old.retention_basis, expires_at=old.expires_at),  # type: ignore[arg-type]
+                confirmed=True,
+                confidence=old.confidence,
+                veracity=old.veracity,  # type: ignore[arg-type]
+            )
+            new_id_ = new_id()
+            events.append(self._written(conn, cmd, new_id_, now, corr, replaces=old.memory_id, cause=causation_id))
+            if supersede:
+                events += self._supersede_all(conn, [old], new_id_, now, corr, causation_id)
+        return events
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _statement_hmac(self, text: str) -> str:
+        return self._keyring.fingerprint("statement\x00" + normalise_statement(text))
 
     def _envelope(
         self, subject_id: str, now: datetime, correlation_id: str, causation_id: str | None = None
@@ -359,6 +653,14 @@ class Ledger:
             "causation_id": causation_id,
         }
 
+    def _check_sources(self, conn: psycopg.Connection, cmd: MemoryWrite) -> None:
+        known = state.lock_heads(conn, cmd.provenance.derived_from) if cmd.provenance.derived_from else {}
+        for mid in cmd.provenance.derived_from:
+            if mid not in known or known[mid].subject_id != cmd.subject_id:
+                raise UnknownMemoryError(mid, "provenance.derived_from")
+            if known[mid].status == "erased":
+                raise InvalidCommandError("provenance.derived_from", f"memory {mid!r} was erased")
+
     def _written(
         self,
         conn: psycopg.Connection,
@@ -366,22 +668,14 @@ class Ledger:
         memory_id: str,
         now: datetime,
         correlation_id: str,
-        batch: dict[str, str],
+        replaces: str | None = None,
+        cause: str | None = None,
     ) -> MemoryWritten | SummaryDerived:
-        if cmd.retention.expires_at is not None and cmd.retention.expires_at <= now:
-            raise InvalidCommandError("retention.expires_at", "must be in the future (UTC)")
-        sources = [m for m in cmd.provenance.derived_from if m not in batch]
-        known = state.lock_heads(conn, sources) if sources else {}
-        for mid in cmd.provenance.derived_from:
-            owner = batch.get(mid) or (known[mid].subject_id if mid in known else None)
-            if owner != cmd.subject_id:
-                raise UnknownMemoryError(mid, "provenance.derived_from")
-            if mid in known and known[mid].status == "erased":
-                raise InvalidCommandError("provenance.derived_from", f"memory {mid!r} was erased")
         status = "needs_confirmation" if cmd.kind == "inference" and not cmd.confirmed else "active"
+        sealed = self._keyring.seal(conn, cmd.subject_id, memory_id, cmd.content)
         body = MemoryBody(
             kind=cmd.kind,
-            content=self._keyring.seal(conn, cmd.subject_id, memory_id, cmd.content),
+            content=sealed,
             key=cmd.key,
             purpose=cmd.purpose,
             scope=cmd.scope,
@@ -411,10 +705,16 @@ class Ledger:
             expires_at=cmd.retention.expires_at,
             written_at=cmd.provenance.written_at,
             content_hmac=body.content_hmac,
+            sensitivity=cmd.sensitivity,
+            retention_basis=cmd.retention.basis,
+            confidence=body.confidence,
+            veracity=cmd.veracity,
+            statement_hmac=None if cmd.kind == "summary" else self._statement_hmac(cmd.content),
+            sealed_content=sealed,
         )
-        envelope = self._envelope(cmd.subject_id, now, correlation_id)
+        envelope = self._envelope(cmd.subject_id, now, correlation_id, causation_id=cause)
         if cmd.kind == "summary":
-            return SummaryDerived(**envelope, memory_id=memory_id, memory=body)
+            return SummaryDerived(**envelope, memory_id=memory_id, memory=body, replaces=replaces)
         return MemoryWritten(**envelope, memory_id=memory_id, memory=body)
 
     def _one_head(

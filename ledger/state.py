@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from contracts.events import RedactedState
-from contracts.memory import Scope
+from contracts.memory import Scope, SealedText
 from ledger.pgschema import ensure_schema
 
 SCHEMA_SQL = """
@@ -64,6 +65,20 @@ CREATE TABLE IF NOT EXISTS tombstones (
 );
 """
 
+LIFECYCLE_SQL = """
+ALTER TABLE ledger_memories
+    ADD COLUMN IF NOT EXISTS sensitivity      text NOT NULL DEFAULT 'internal',
+    ADD COLUMN IF NOT EXISTS retention_basis  text NOT NULL DEFAULT 'indefinite',
+    ADD COLUMN IF NOT EXISTS confidence       double precision NOT NULL DEFAULT 1.0,
+    ADD COLUMN IF NOT EXISTS veracity         text NOT NULL DEFAULT 'stated',
+    ADD COLUMN IF NOT EXISTS statement_hmac   text,
+    ADD COLUMN IF NOT EXISTS sealed_content   jsonb,
+    ADD COLUMN IF NOT EXISTS revoked_at       timestamptz,
+    ADD COLUMN IF NOT EXISTS keys_destroyed_at timestamptz;
+CREATE INDEX IF NOT EXISTS ledger_memories_slot ON ledger_memories (subject_id, purpose, scope_type, scope_id, key);
+CREATE TABLE IF NOT EXISTS ledger_schema_lifecycle (applied_at timestamptz NOT NULL DEFAULT now());
+"""
+
 ACTIVE_STATUSES = ("active", "needs_confirmation")
 
 
@@ -78,19 +93,53 @@ class MemoryHead:
     kind: str
     purpose: str
     derived_from: tuple[str, ...]
+    scope: Scope
+    key: str | None
+    sensitivity: str
+    retention_basis: str
+    expires_at: datetime | None
+    confidence: float
+    veracity: str
+    source_ref: str | None
+    consent_ref: str | None
+    sealed_content: SealedText | None
 
 
 def install(conn: psycopg.Connection) -> None:
-    """Create the ledger's tables if missing."""
+    """Create the ledger's tables if missing, and add the lifecycle columns to a ledger
+    created by an earlier version."""
     ensure_schema(conn, "tombstones", SCHEMA_SQL)
+    ensure_schema(conn, "ledger_schema_lifecycle", LIFECYCLE_SQL)
 
 
 def _head(row: tuple[Any, ...]) -> MemoryHead:
-    mid, sid, rev, status, kind, purpose, derived = row
-    return MemoryHead(str(mid), str(sid), int(rev), str(status), str(kind), str(purpose), tuple(derived or ()))
+    (mid, sid, rev, status, kind, purpose, derived, scope_type, scope_id, key, sensitivity, basis, expires_at,
+     confidence, veracity, source_ref, consent_ref, sealed) = row  # fmt: skip
+    return MemoryHead(
+        memory_id=str(mid),
+        subject_id=str(sid),
+        revision=int(rev),
+        status=str(status),
+        kind=str(kind),
+        purpose=str(purpose),
+        derived_from=tuple(derived or ()),
+        scope=Scope(type=scope_type, id=scope_id),
+        key=key,
+        sensitivity=str(sensitivity),
+        retention_basis=str(basis),
+        expires_at=expires_at,
+        confidence=float(confidence),
+        veracity=str(veracity),
+        source_ref=source_ref,
+        consent_ref=consent_ref,
+        sealed_content=None if sealed is None else SealedText.model_validate(sealed),
+    )
 
 
-_HEAD_COLUMNS = "memory_id, subject_id, revision, status, kind, purpose, derived_from"
+_HEAD_COLUMNS = (
+    "memory_id, subject_id, revision, status, kind, purpose, derived_from, scope_type, scope_id, key, sensitivity,"
+    " retention_basis, expires_at, confidence, veracity, source_ref, consent_ref, sealed_content"
+)
 
 
 def lock_heads(conn: psycopg.Connection, memory_ids: Sequence[str]) -> dict[str, MemoryHead]:
@@ -112,6 +161,35 @@ def heads_where(
         (subject_id, *params),
     ).fetchall()
     return [_head(r) for r in rows]
+
+
+_LIVE_IN_SLOT = (
+    "status = ANY(%s) AND kind <> 'summary' AND purpose = %s AND scope_type = %s AND scope_id = %s"
+    " AND key IS NOT DISTINCT FROM %s"
+)
+
+
+def live_in_slot(
+    conn: psycopg.Connection, subject_id: str, purpose: str, scope: Scope, key: str | None
+) -> list[MemoryHead]:
+    """Lock and return the live (active or awaiting confirmation) non-summary memories
+    of one slot: the same subject, purpose, scope and ``key`` (DESIGN.md: the unit of
+    supersession)."""
+    return heads_where(conn, subject_id, _LIVE_IN_SLOT, (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key))
+
+
+def find_statement(
+    conn: psycopg.Connection, subject_id: str, purpose: str, scope: Scope, key: str | None, statement_hmac: str
+) -> MemoryHead | None:
+    """The live memory of this slot that makes the same statement (same normalised
+    text, by its keyed fingerprint), locked; ``None`` if there is none."""
+    heads = heads_where(
+        conn,
+        subject_id,
+        _LIVE_IN_SLOT + " AND statement_hmac = %s",
+        (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, statement_hmac),
+    )
+    return heads[0] if heads else None
 
 
 def derived_closure(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:
@@ -147,14 +225,20 @@ def insert_head(
     expires_at: datetime | None,
     written_at: datetime,
     content_hmac: str | None,
+    sensitivity: str,
+    retention_basis: str,
+    confidence: float,
+    veracity: str,
+    statement_hmac: str | None,
+    sealed_content: SealedText,
 ) -> None:
     """Record a new memory at revision 1."""
     conn.execute(
         """
         INSERT INTO ledger_memories (memory_id, subject_id, revision, status, kind, purpose, scope_type,
             scope_id, key, consent_ref, turn_id, tool_call_id, source_ref, derived_from, expires_at, written_at,
-            content_hmac)
-        VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            content_hmac, sensitivity, retention_basis, confidence, veracity, statement_hmac, sealed_content)
+        VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
         """,
         (
             memory_id,
@@ -173,6 +257,12 @@ def insert_head(
             expires_at,
             written_at,
             content_hmac,
+            sensitivity,
+            retention_basis,
+            confidence,
+            veracity,
+            statement_hmac,
+            Jsonb(sealed_content.model_dump(mode="json")),
         ),
     )
 
@@ -182,6 +272,23 @@ def bump(conn: psycopg.Connection, memory_id: str, revision: int, status: str | 
     conn.execute(
         "UPDATE ledger_memories SET revision = %s, status = coalesce(%s, status) WHERE memory_id = %s",
         (revision, status, memory_id),
+    )
+
+
+def set_fields(conn: psycopg.Connection, memory_id: str, **values: object) -> None:
+    """Update head columns of one memory (column names are trusted code, values are
+    parameters). ``SealedText`` values are stored as JSON."""
+    columns = ", ".join(f"{name} = %s" for name in values)
+    params = [Jsonb(v.model_dump(mode="json")) if isinstance(v, SealedText) else v for v in values.values()]
+    conn.execute(f"UPDATE ledger_memories SET {columns} WHERE memory_id = %s", (*params, memory_id))
+
+
+def mark_keys_destroyed(conn: psycopg.Connection, memory_ids: Sequence[str], at: datetime) -> None:
+    """Record that the data keys of these memories are gone: their sealed copy is
+    dropped from the head table too."""
+    conn.execute(
+        "UPDATE ledger_memories SET keys_destroyed_at = %s, sealed_content = NULL WHERE memory_id = ANY(%s)",
+        (at, list(memory_ids)),
     )
 
 

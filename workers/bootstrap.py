@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 
 from ledger.crypto import Keyring, new_master_key, parse_master_key
 from ledger.eventlog import DeadLetterQueue, EventLog
+from ledger.policy import load_policy
 from ledger.principals import Principal, load_principals, resolve_principal
 from ledger.service import Ledger
 from projections.base import ContentAccess, Projection
@@ -201,7 +202,9 @@ def build(
 
             event_log = PostgresEventLog(pool, partitions=1, topic=settings.topic)
             dlq = PostgresDeadLetterQueue(pool)
-        ledger = Ledger(pool, event_log, keyring, producer=settings.producer)
+        ledger = Ledger(
+            pool, event_log, keyring, producer=settings.producer, policy=load_policy(settings.retention_policy_file)
+        )
         content = ContentAccess(pool, keyring)
         embedder = build_embedder(settings.embedder)
         index: VectorIndex | None = build_vector_index(settings, own_vectors)
@@ -217,7 +220,7 @@ def build(
             built["cache"] = CacheProjection(pool, cache)
         if "summaries" in projections:
             built["summaries"] = SummariesProjection(pool, content)
-        recall = Recall(pool, index, embedder, cache)
+        recall = Recall(pool, index, embedder, cache, uncacheable=ledger.policy.uncacheable())
         return Services(
             settings,
             pool,

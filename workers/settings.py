@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     consumer_group_prefix: str = Field(default="memledger", min_length=1)
     master_key: SecretStr | None = None
     grants_file: Path | None = None
+    retention_policy_file: Path | None = Field(
+        default=None, description="retention policy per sensitivity class (TOML); default: the checked-in one"
+    )
     principal: str = "cli"
     producer: str = "memledger"
     embedder: str = "minilm"

@@ -1,0 +1,364 @@
+"""The write-side rules of a memory's life, against the ledger's real Postgres tables:
+retention policy per class, restatement, supersession and conflicts per slot, consent
+revocation with grace periods, expiry, and summary regeneration. Events go to an
+in-memory log, read back to check what the ledger appended."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg_pool import ConnectionPool
+
+from contracts import (
+    ConflictDetected,
+    ConsentRevoked,
+    EraseMemories,
+    ErasureRequested,
+    MemoryConfirmed,
+    MemoryReinforced,
+    MemorySuperseded,
+    RedactMemory,
+    RetentionExpired,
+    RevokeConsent,
+    SummaryDerived,
+    utc_now,
+)
+from ledger.crypto import Keyring
+from ledger.errors import InvalidCommandError, PolicyError, UnknownMemoryError
+from ledger.eventlog import InMemoryEventLog
+from ledger.policy import load_policy, reinforce
+from ledger.principals import ALL_ACTIONS, Grant, Principal
+from ledger.service import SUMMARISER_WRITER, Ledger
+from tests.builders import later, memory_write
+
+pytestmark = pytest.mark.integration
+
+ALICE = Principal(id="agent", grants=(Grant(subjects=("alice", "bob"), actions=ALL_ACTIONS),))
+
+
+class Clock:
+    """A settable UTC clock."""
+
+    def __init__(self) -> None:
+        self.now = utc_now()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ledger(pool: ConnectionPool, keyring: Keyring, clock: Clock) -> Iterator[Ledger]:
+    yield Ledger(pool, InMemoryEventLog(partitions=1), keyring, clock=clock)
+
+
+def head(ledger: Ledger, memory_id: str | None) -> tuple[Any, ...]:
+    assert memory_id is not None
+    with ledger._pool.connection() as conn:  # the ledger's own state, read for the test
+        row = conn.execute(
+            "SELECT status, revision, confidence, keys_destroyed_at IS NOT NULL FROM ledger_memories"
+            " WHERE memory_id = %s",
+            (memory_id,),
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def types(result: Any) -> list[str]:
+    return [e.type for e in result.events]
+
+
+# -- retention policy ---------------------------------------------------------------------
+
+
+def test_a_write_without_expiry_gets_its_class_maximum(ledger: Ledger, clock: Clock) -> None:
+    r = ledger.write(ALICE, memory_write(sensitivity="internal"))
+    assert r.events[0].memory.retention.expires_at == clock.now + timedelta(days=365)
+    r = ledger.write(ALICE, memory_write(content="public fact", sensitivity="public"))
+    assert r.events[0].memory.retention.expires_at is None  # public: indefinite
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "rule"),
+    [
+        ({"sensitivity": "internal", "retention": {"expires_at": later(400)}}, "retention.expires_at", "365 days"),
+        ({"sensitivity": "restricted", "retention": {"expires_at": later(10)}}, "provenance.consent_ref", "restricted"),
+        ({"sensitivity": "personal"}, "provenance.consent_ref", "basis 'contract'"),
+        ({"retention": {"expires_at": utc_now() - timedelta(seconds=1)}}, "retention.expires_at", "future"),
+    ],
+)
+def test_the_policy_refuses_a_write_naming_the_field_and_rule(
+    ledger: Ledger, fields: dict[str, Any], field: str, rule: str
+) -> None:
+    with pytest.raises(InvalidCommandError) as info:
+        ledger.write(ALICE, memory_write(**fields))
+    assert info.value.field == field and rule in info.value.rule
+    assert ledger._log.end_offsets() == {0: 0}  # nothing written
+
+
+def test_personal_memories_accept_a_contract_basis_or_a_consent_ref(ledger: Ledger) -> None:
+    ledger.write(ALICE, memory_write(sensitivity="personal", retention={"basis": "contract"}))
+    prov = {"writer": "w", "written_at": utc_now(), "consent_ref": "consent-1"}
+    r = ledger.write(ALICE, memory_write(content="other", sensitivity="personal", provenance=prov))
+    assert r.memory_id is not None
+
+
+def test_a_policy_file_overrides_the_default_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(
+        "[classes.public]\n[classes.internal]\nmax_lifetime_days = 7\n"
+        "[classes.personal]\n[classes.restricted]\ncacheable = false\nconsent_grace_days = 3\n"
+    )
+    policy = load_policy(path)
+    assert policy.of("internal").max_lifetime_days == 7 and policy.of("restricted").consent_grace_days == 3
+    path.write_text("[classes.public]\n")
+    with pytest.raises(PolicyError, match="missing internal, personal, restricted"):
+        load_policy(path)
+    path.write_text("[classes.public]\nmax_lifetime_days = -1\n")
+    with pytest.raises(PolicyError, match="max_lifetime_days"):
+        load_policy(path)
+
+
+# -- restatement, supersession, conflicts --------------------------------------------------
+
+
+def test_the_same_statement_again_reinforces_instead_of_duplicating(ledger: Ledger) -> None:
+    first = ledger.write(ALICE, memory_write(content="Alice likes tea.", veracity="inferred", confirmed=True))
+    again = ledger.write(ALICE, memory_write(content="alice  LIKES tea", veracity="inferred", confirmed=True))
+    assert again.memory_id == first.memory_id and types(again) == ["MemoryReinforced"]
+    event = again.events[0]
+    assert isinstance(event, MemoryReinforced) and event.confidence == reinforce(0.7, 0.7) == 0.91
+    third = ledger.write(ALICE, memory_write(content="Alice likes tea", veracity="inferred", confirmed=True))
+    assert third.events[0].confidence > 0.91  # type: ignore[union-attr]
+    assert head(ledger, first.memory_id)[:2] == ("active", 3)
+    # another purpose is another slot: a new memory
+    other = ledger.write(ALICE, memory_write(content="Alice likes tea", purpose="travel"))
+    assert other.memory_id != first.memory_id
+
+
+def test_a_statement_confirms_a_pending_inference_of_the_same_text(ledger: Ledger) -> None:
+    src = ledger.write(ALICE, memory_write(content="Alice wrote in Rust today"))
+    inferred = ledger.write(
+        ALICE,
+        memory_write(
+            kind="inference",
+            content="Alice knows Rust",
+            confirmed=False,
+            veracity="inferred",
+            provenance={"writer": "w", "written_at": utc_now(), "derived_from": [src.memory_id]},
+        ),
+    )
+    assert head(ledger, inferred.memory_id)[0] == "needs_confirmation"
+    stated = ledger.write(ALICE, memory_write(kind="fact", content="Alice knows Rust."))
+    assert stated.memory_id == inferred.memory_id
+    assert types(stated) == ["MemoryReinforced", "MemoryConfirmed"]
+    assert head(ledger, inferred.memory_id)[0] == "active"
+
+
+def test_a_new_statement_for_a_key_supersedes_the_old_one(ledger: Ledger) -> None:
+    old = ledger.write(ALICE, memory_write(content="Alice wants short answers", key="answer_length"))
+    new = ledger.write(ALICE, memory_write(content="Alice wants detailed answers", key="answer_length"))
+    assert types(new) == ["MemoryWritten", "MemorySuperseded"]
+    sup = new.events[1]
+    assert isinstance(sup, MemorySuperseded) and sup.memory_id == old.memory_id and sup.superseded_by == new.memory_id
+    assert head(ledger, old.memory_id)[0] == "superseded"
+    # different keys never supersede each other
+    tone = ledger.write(ALICE, memory_write(content="Alice wants a formal tone", key="tone"))
+    assert types(tone) == ["MemoryWritten"]
+    assert head(ledger, new.memory_id)[0] == "active"
+
+
+def test_claims_from_two_documents_conflict_and_confirming_one_resolves_it(ledger: Ledger) -> None:
+    def doc(content: str, source: str) -> Any:
+        prov = {"writer": "importer", "written_at": utc_now(), "source_ref": source}
+        return memory_write(content=content, key="employer", veracity="imported", provenance=prov)
+
+    a = ledger.write(ALICE, doc("Alice works at Acme", "cv.pdf"))
+    b = ledger.write(ALICE, doc("Alice works at Globex", "linkedin-export.json"))
+    assert types(b) == ["MemoryWritten", "ConflictDetected"]
+    conflict = b.events[1]
+    assert isinstance(conflict, ConflictDetected) and conflict.key == "employer"
+    assert {r.memory_id for r in conflict.affected} == {a.memory_id, b.memory_id}
+    assert head(ledger, a.memory_id)[0] == head(ledger, b.memory_id)[0] == "needs_confirmation"
+    # the same document updated: supersession, not conflict
+    c = ledger.write(ALICE, doc("Alice works at Initech", "linkedin-export.json"))
+    assert "ConflictDetected" in types(c)  # cv.pdf still disagrees
+    done = ledger.confirm(ALICE, "alice", a.memory_id)
+    assert types(done)[0] == "MemoryConfirmed" and types(done).count("MemorySuperseded") == 2
+    assert head(ledger, a.memory_id)[0] == "active"
+    assert head(ledger, b.memory_id)[0] == head(ledger, c.memory_id)[0] == "superseded"
+
+
+def test_an_updated_document_supersedes_its_own_earlier_claim(ledger: Ledger) -> None:
+    prov = {"writer": "importer", "written_at": utc_now(), "source_ref": "hr-record"}
+    a = ledger.write(
+        ALICE, memory_write(content="Alice is in Berlin", key="city", veracity="imported", provenance=prov)
+    )
+    b = ledger.write(ALICE, memory_write(content="Alice is in Paris", key="city", veracity="imported", provenance=prov))
+    assert types(b) == ["MemoryWritten", "MemorySuperseded"] and head(ledger, a.memory_id)[0] == "superseded"
+
+
+def test_an_inference_against_a_statement_is_a_conflict(ledger: Ledger) -> None:
+    stated = ledger.write(ALICE, memory_write(content="Alice prefers Python", key="language"))
+    inferred = ledger.write(
+        ALICE,
+        memory_write(
+            kind="inference",
+            content="Alice prefers Go",
+            key="language",
+            confirmed=False,
+            veracity="inferred",
+            provenance={"writer": "w", "written_at": utc_now(), "derived_from": [stated.memory_id]},
+        ),
+    )
+    assert types(inferred) == ["MemoryWritten", "ConflictDetected"]
+    assert head(ledger, stated.memory_id)[0] == "needs_confirmation"
+    # the subject states it again: that resolves the conflict in the statement's favour
+    again = ledger.write(ALICE, memory_write(content="Alice prefers Python", key="language"))
+    assert types(again) == ["MemoryReinforced", "MemoryConfirmed", "MemorySuperseded"]
+    assert head(ledger, stated.memory_id)[0] == "active" and head(ledger, inferred.memory_id)[0] == "superseded"
+
+
+def test_bad_lifecycle_commands_are_refused_and_write_nothing(ledger: Ledger) -> None:
+    r = ledger.write(ALICE, memory_write())
+    before = ledger._log.end_offsets()
+    with pytest.raises(InvalidCommandError, match="subject"):
+        ledger.supersede(ALICE, r.memory_id, memory_write(subject="bob", content="x"))
+    with pytest.raises(UnknownMemoryError):
+        ledger.confirm(ALICE, "alice", "0190a5a0-0000-7000-8000-000000000000")
+    with pytest.raises(InvalidCommandError, match="now"):
+        ledger.sweep(ALICE, datetime(2030, 1, 1))  # naive on purpose
+    with pytest.raises(ValueError, match="consent_ref"):
+        RevokeConsent(subject_id="alice")
+    assert ledger._log.end_offsets() == before
+
+
+# -- consent, expiry ------------------------------------------------------------------------
+
+
+def test_revocation_destroys_keys_at_once_by_default(ledger: Ledger) -> None:
+    prov = {"writer": "w", "written_at": utc_now(), "consent_ref": "c-42"}
+    r = ledger.write(ALICE, memory_write(provenance=prov))
+    other = ledger.write(ALICE, memory_write(content="unrelated"))
+    rev = ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", consent_ref="c-42"))
+    assert isinstance(rev.events[0], ConsentRevoked) and rev.affected == (r.memory_id,)
+    assert head(ledger, r.memory_id)[0] == "revoked" and head(ledger, r.memory_id)[3] is True
+    assert head(ledger, other.memory_id)[3] is False
+    with ledger._pool.connection() as conn:
+        assert ledger.keyring.open(conn, r.events[0].memory.content) is None  # type: ignore[union-attr]
+
+
+def test_a_grace_period_keeps_revoked_content_until_sweep(
+    pool: ConnectionPool, keyring: Keyring, clock: Clock, tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(
+        "[classes.public]\n[classes.internal]\nconsent_grace_days = 7\n[classes.personal]\n[classes.restricted]\n"
+    )
+    ledger = Ledger(pool, InMemoryEventLog(partitions=1), keyring, clock=clock, policy=load_policy(path))
+    prov = {"writer": "w", "written_at": utc_now(), "consent_ref": "c-7"}
+    r = ledger.write(ALICE, memory_write(provenance=prov))
+    ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", consent_ref="c-7"))
+    assert head(ledger, r.memory_id)[0::3] == ("revoked", False)
+    assert ledger.sweep(ALICE, clock.now + timedelta(days=6)) == []
+    (swept,) = ledger.sweep(ALICE, clock.now + timedelta(days=7))
+    event = swept.events[0]
+    assert isinstance(event, RetentionExpired) and event.reason == "consent_grace"
+    assert head(ledger, r.memory_id)[0::3] == ("revoked", True)
+
+
+def test_sweep_expires_destroys_keys_and_regenerates_summaries(ledger: Ledger, clock: Clock) -> None:
+    short = ledger.write(
+        ALICE, memory_write(content="Alice is in Lisbon this week.", retention={"expires_at": later(2)})
+    )
+    long = ledger.write(ALICE, memory_write(content="Alice is a backend engineer. She likes Go."))
+    summary = ledger.write(
+        ALICE,
+        memory_write(
+            kind="summary",
+            content="Alice, a backend engineer, is in Lisbon this week.",
+            provenance={
+                "writer": "w",
+                "written_at": utc_now(),
+                "derived_from": [short.memory_id, long.memory_id],
+            },
+        ),
+    )
+    (swept,) = ledger.sweep(ALICE, clock.now + timedelta(days=3))
+    expired, regenerated = swept.events
+    assert isinstance(expired, RetentionExpired) and expired.reason == "expires_at"
+    assert {r.memory_id for r in expired.affected} == {short.memory_id, summary.memory_id}
+    assert isinstance(regenerated, SummaryDerived) and regenerated.replaces == summary.memory_id
+    assert regenerated.memory.provenance.derived_from == (long.memory_id,)
+    assert regenerated.memory.provenance.writer == SUMMARISER_WRITER
+    with ledger._pool.connection() as conn:
+        assert ledger.keyring.open(conn, regenerated.memory.content) == "Alice is a backend engineer."
+    assert head(ledger, short.memory_id)[0::3] == ("expired", True)
+    assert ledger.sweep(ALICE, clock.now + timedelta(days=3)) == []  # nothing left to do
+
+
+def _summarised(ledger: Ledger) -> tuple[str, str, str]:
+    a = ledger.write(ALICE, memory_write(content="Alice runs Postgres 16. It is fast.", key="db"))
+    b = ledger.write(ALICE, memory_write(content="Alice deploys on Fridays."))
+    s = ledger.write(
+        ALICE,
+        memory_write(
+            kind="summary",
+            content="Alice runs Postgres 16 and deploys on Fridays.",
+            provenance={"writer": "w", "written_at": utc_now(), "derived_from": [a.memory_id, b.memory_id]},
+        ),
+    )
+    assert a.memory_id and b.memory_id and s.memory_id
+    return a.memory_id, b.memory_id, s.memory_id
+
+
+def test_erasing_a_source_regenerates_the_summary_without_it(ledger: Ledger) -> None:
+    a, b, s = _summarised(ledger)
+    r = ledger.erase(ALICE, EraseMemories(subject_id="alice", memory_ids=(a,), reason="user request"))
+    erased, regenerated = r.events
+    assert isinstance(erased, ErasureRequested) and {x.memory_id for x in erased.affected} == {a, s}
+    assert isinstance(regenerated, SummaryDerived) and regenerated.memory.provenance.derived_from == (b,)
+    with ledger._pool.connection() as conn:
+        text = ledger.keyring.open(conn, regenerated.memory.content)
+    assert text == "Alice deploys on Fridays." and "Postgres" not in text
+
+
+def test_superseding_or_redacting_a_source_supersedes_the_summary(ledger: Ledger) -> None:
+    _, b, s = _summarised(ledger)
+    r = ledger.write(ALICE, memory_write(content="Alice runs Postgres 17.", key="db"))
+    assert types(r) == ["MemoryWritten", "MemorySuperseded", "SummaryDerived", "MemorySuperseded"]
+    new_summary = r.events[2]
+    assert isinstance(new_summary, SummaryDerived) and new_summary.memory.provenance.derived_from == (b,)
+    assert head(ledger, s)[0] == "superseded"
+    red = ledger.redact(ALICE, "alice", RedactMemory(memory_id=b, replacement="Alice deploys on [day]."))
+    assert types(red) == ["MemoryRedacted", "SummaryDerived", "MemorySuperseded"]
+    with ledger._pool.connection() as conn:
+        assert ledger.keyring.open(conn, red.events[1].memory.content) == "Alice deploys on [day]."  # type: ignore[union-attr]
+
+
+def test_revoking_a_source_revokes_derived_memories_and_regenerates(ledger: Ledger) -> None:
+    prov = {"writer": "w", "written_at": utc_now(), "consent_ref": "c-1"}
+    a = ledger.write(ALICE, memory_write(content="Alice's salary is high.", provenance=prov))
+    b = ledger.write(ALICE, memory_write(content="Alice works remotely."))
+    s = ledger.write(
+        ALICE,
+        memory_write(
+            kind="summary",
+            content="Alice is well paid and remote.",
+            provenance={"writer": "w", "written_at": utc_now(), "derived_from": [a.memory_id, b.memory_id]},
+        ),
+    )
+    r = ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", consent_ref="c-1"))
+    assert set(r.affected) == {a.memory_id, s.memory_id}
+    assert types(r) == ["ConsentRevoked", "SummaryDerived"]
+    assert r.events[1].memory.provenance.derived_from == (b.memory_id,)  # type: ignore[union-attr]
+    assert isinstance(r.events[0], ConsentRevoked)
+    assert not any(isinstance(e, MemoryConfirmed) for e in r.events)
