@@ -1,24 +1,34 @@
 """The facts projection (Postgres): the current state of every memory, a content-free
-history of every revision, and a full-text search column.
+history of every revision, the conflicts the ledger detected, and a full-text search
+column.
 
 Every event is applied in one transaction together with the projection's position, so
 a record is applied exactly once however often it is delivered. Changes are
 revision-guarded: an event whose revision is not newer than the row's changes nothing.
 Summaries live in the summaries projection, not here.
+
+Text that may no longer be read is not kept: a revoked or expired memory's row keeps its
+metadata with ``content`` NULL, exactly as a replay (where the ledger has destroyed its
+data key) rebuilds it. Every timestamp written comes from the event, so a rebuild from the
+log is equal to the live table row for row (invariant 8).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from contracts import (
+    ConflictDetected,
     ConsentRevoked,
     ErasureRequested,
     Event,
     MemoryConfirmed,
     MemoryRedacted,
+    MemoryReinforced,
     MemorySuperseded,
     MemoryWritten,
     RetentionExpired,
@@ -31,8 +41,32 @@ from projections import base
 FTS_CONFIG = "english"
 
 
+@dataclass(frozen=True)
+class FactsTables:
+    """The table names of facts version ``version``."""
+
+    version: int = 1
+
+    @property
+    def facts(self) -> str:
+        """Current state, one row per memory: ``facts_vN``."""
+        return f"facts_v{self.version}"
+
+    @property
+    def history(self) -> str:
+        """Content-free history, one row per (memory, revision): ``facts_history_vN``."""
+        return f"facts_history_v{self.version}"
+
+    @property
+    def conflicts(self) -> str:
+        """One row per ``ConflictDetected``: ``facts_conflicts_vN``."""
+        return f"facts_conflicts_v{self.version}"
+
+
 def schema_sql(version: int) -> str:
-    """DDL of facts version ``version``: ``facts_vN`` and ``facts_history_vN``."""
+    """DDL of facts version ``version``: ``facts_vN``, ``facts_history_vN`` and
+    ``facts_conflicts_vN`` (every statement idempotent, so it also completes an older
+    schema that lacks the conflicts table)."""
     return f"""
 CREATE TABLE IF NOT EXISTS facts_v{version} (
     memory_id        text PRIMARY KEY,
@@ -76,16 +110,42 @@ CREATE TABLE IF NOT EXISTS facts_history_v{version} (
     log_offset    bigint NOT NULL,
     PRIMARY KEY (memory_id, revision)
 );
+CREATE TABLE IF NOT EXISTS facts_conflicts_v{version} (
+    conflict_id   text PRIMARY KEY,
+    subject_id    text NOT NULL,
+    key           text NOT NULL,
+    purpose       text NOT NULL,
+    scope_type    text NOT NULL,
+    scope_id      text NOT NULL,
+    memory_ids    text[] NOT NULL,
+    detected_at   timestamptz NOT NULL,
+    event_id      text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS facts_conflicts_v{version}_subject ON facts_conflicts_v{version} (subject_id);
+CREATE INDEX IF NOT EXISTS facts_conflicts_v{version}_members ON facts_conflicts_v{version} USING gin (memory_ids);
 """
 
 
 _STATUS_BY_EVENT = {
     "MemorySuperseded": "superseded",
     "MemoryConfirmed": "active",
+    "ConflictDetected": "needs_confirmation",
     "ConsentRevoked": "revoked",
     "RetentionExpired": "expired",
     "ErasureRequested": "erased",
 }
+
+
+def status_after(event: Event) -> str | None:
+    """The status the memories ``event`` touches have after it, or ``None`` when the
+    event leaves the status as it is (a write, reinforcement or redaction)."""
+    if isinstance(event, RetentionExpired) and event.reason == "consent_grace":
+        return "revoked"  # the grace for keeping a revoked memory's content ended
+    return _STATUS_BY_EVENT.get(event.type)
+
+
+_CONTENT_GONE = (ConsentRevoked, RetentionExpired)
+"""Events after which a memory's text must not be readable in facts."""
 
 
 class FactsProjection(base.TransactionalProjection):
@@ -96,14 +156,15 @@ class FactsProjection(base.TransactionalProjection):
     def __init__(self, pool: ConnectionPool, content: base.ContentAccess, version: int = 1) -> None:
         super().__init__(pool, version)
         self._content = content
-        self.table = f"facts_v{version}"
-        self.history = f"facts_history_v{version}"
+        self.tables = FactsTables(version)
+        self.table = self.tables.facts
+        self.history = self.tables.history
         with pool.connection() as conn:
-            ensure_schema(conn, self.history, schema_sql(version))
+            ensure_schema(conn, self.tables.conflicts, schema_sql(version))
 
     def reset(self) -> None:
         with self._pool.connection() as conn, conn.transaction():
-            conn.execute(f"DROP TABLE IF EXISTS {self.table}, {self.history}")
+            conn.execute(f"DROP TABLE IF EXISTS {self.table}, {self.history}, {self.tables.conflicts}")
             conn.execute(schema_sql(self.version))
             base.clear_positions(conn, self.id)
 
@@ -115,8 +176,14 @@ class FactsProjection(base.TransactionalProjection):
             keep_hmac = self._redacted(conn, event)
         elif isinstance(event, ErasureRequested):
             self._erased(conn, event, position)
-        elif isinstance(event, MemorySuperseded | MemoryConfirmed | ConsentRevoked | RetentionExpired):
+        elif isinstance(event, MemoryReinforced):
+            self._reinforced(conn, event)
+        elif isinstance(
+            event, MemorySuperseded | MemoryConfirmed | ConflictDetected | ConsentRevoked | RetentionExpired
+        ):
             self._status(conn, event)
+            if isinstance(event, ConflictDetected):
+                self._conflict(conn, event)
         self._history(conn, event, position, keep_hmac)
 
     # -- per event ----------------------------------------------------------------------
@@ -165,8 +232,10 @@ class FactsProjection(base.TransactionalProjection):
 
     def _redacted(self, conn: psycopg.Connection, e: MemoryRedacted) -> bool:
         text = self._content.open(e.memory_id, e.content, conn)
-        if text is None:
+        if text is None and self._content.is_tombstoned(e.memory_id, conn):
             return False
+        # text None and no tombstone: replaying a memory whose keys a later revocation,
+        # expiry or redaction destroyed; the row gets this revision without text, as live
         conn.execute(
             f"UPDATE {self.table} SET content = %s, content_hmac = %s, revision = %s, updated_at = %s"
             " WHERE memory_id = %s AND revision < %s",
@@ -174,17 +243,55 @@ class FactsProjection(base.TransactionalProjection):
         )
         return True
 
+    def _reinforced(self, conn: psycopg.Connection, e: MemoryReinforced) -> None:
+        conn.execute(
+            f"UPDATE {self.table} SET confidence = %s, revision = %s, updated_at = %s"
+            " WHERE memory_id = %s AND revision < %s",
+            (e.confidence, e.revision, e.occurred_at, e.memory_id, e.revision),
+        )
+
     def _status(self, conn: psycopg.Connection, e: Event) -> None:
-        status = _STATUS_BY_EVENT[e.type]
+        status = status_after(e)
         superseded_by = e.superseded_by if isinstance(e, MemorySuperseded) else None
         confirmed = True if isinstance(e, MemoryConfirmed) else None
+        drop_content = isinstance(e, _CONTENT_GONE)
         for ref in touched_memories(e):
             conn.execute(
                 f"UPDATE {self.table} SET status = %s, revision = %s, updated_at = %s,"
-                " superseded_by = coalesce(%s, superseded_by), confirmed = coalesce(%s, confirmed)"
+                " superseded_by = coalesce(%s, superseded_by), confirmed = coalesce(%s, confirmed),"
+                " content = CASE WHEN %s THEN NULL ELSE content END"
                 " WHERE memory_id = %s AND revision < %s",
-                (status, ref.revision, e.occurred_at, superseded_by, confirmed, ref.memory_id, ref.revision),
+                (
+                    status,
+                    ref.revision,
+                    e.occurred_at,
+                    superseded_by,
+                    confirmed,
+                    drop_content,
+                    ref.memory_id,
+                    ref.revision,
+                ),
             )
+
+    def _conflict(self, conn: psycopg.Connection, e: ConflictDetected) -> None:
+        conn.execute(
+            f"""
+            INSERT INTO {self.tables.conflicts} (conflict_id, subject_id, key, purpose, scope_type, scope_id,
+                memory_ids, detected_at, event_id)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (conflict_id) DO NOTHING
+            """,
+            (
+                e.conflict_id,
+                e.subject_id,
+                e.key,
+                e.purpose,
+                e.scope.type,
+                e.scope.id,
+                [r.memory_id for r in e.affected],
+                e.occurred_at,
+                e.event_id,
+            ),
+        )
 
     def _erased(self, conn: psycopg.Connection, e: ErasureRequested, position: LogPosition) -> None:
         ids = [r.memory_id for r in e.affected]
@@ -199,8 +306,8 @@ class FactsProjection(base.TransactionalProjection):
             hmac = e.memory.content_hmac
         elif keep_hmac and isinstance(e, MemoryRedacted):
             hmac = e.content_hmac
+        status = status_after(e)
         for ref in touched_memories(e):
-            status = _STATUS_BY_EVENT.get(e.type)
             conn.execute(
                 f"""
                 INSERT INTO {self.history} (memory_id, revision, subject_id, event_type, event_id, status,

@@ -1,12 +1,16 @@
 """Recall: the memories of one subject that may be used for a purpose and task scope,
-ranked by fusing Postgres full-text search and vector similarity.
+ranked by fusing Postgres full-text search over facts, vector similarity and full-text
+search over summaries.
 
 Rules applied (DESIGN.md, invariant 4), in the stores' own queries, not after fetching:
 only the subject's memories, only the given purpose, only the subject scope plus the
 task's own document/workspace scopes, only ``active`` memories (and ``needs_confirmation``
-ones when asked for, marked so), nothing expired at ``now``, nothing tombstoned.
-Fusion is reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009):
-``score = sum over rankers of 1 / (rrf_k + rank)``, rank starting at 1, ``rrf_k = 60``.
+ones when asked for, marked so, with the open conflicts they are in), nothing expired at
+``now``, nothing tombstoned. Summaries are valid while their row exists (the summaries
+projection drops them when a source is invalidated); a summary recalled together with its
+sources counts as one piece of evidence (:func:`projections.evidence.group_summaries`),
+and never are two ``active`` items for one key returned.
+Fusion is reciprocal rank fusion, ``rrf_k = 60`` (:func:`projections.evidence.rrf`).
 Reading never changes a memory (invariant 5).
 """
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,38 +30,25 @@ from redis.exceptions import RedisError
 from contracts import utc_now
 from ledger.principals import Principal
 from projections.cache import RecallCache
+from projections.conflicts import open_conflicts_of
 from projections.embedding import Embedder
 from projections.errors import RecallError
+from projections.evidence import RecallItem, group_summaries, item_from_row, one_per_key, rrf
+from projections.facts import FactsTables
 from projections.vector_index import VectorFilter, VectorIndex, VectorIndexError
+
+__all__ = ["CACHE_NOW_WINDOW_S", "Recall", "RecallItem", "RecallResult", "rrf"]
 
 log = logging.getLogger(__name__)
 
 CACHE_NOW_WINDOW_S = 60.0
 """Recall at a ``now`` further than this from the clock (seconds) bypasses the cache."""
 
+FACTS_V1 = FactsTables(1)
+"""The facts tables recall reads by default."""
 
-@dataclass(frozen=True)
-class RecallItem:
-    """One recalled memory with its provenance. ``score`` is the fused RRF score;
-    ``matched_by`` lists the rankers that found it (``fts``, ``vector``)."""
-
-    memory_id: str
-    subject_id: str
-    kind: str
-    content: str
-    score: float
-    status: str
-    confirmed: bool
-    confidence: float
-    key: str | None
-    purpose: str
-    scope: dict[str, str]
-    provenance: dict[str, Any]
-    revision: int
-    expires_at: str | None
-    sensitivity: str
-    needs_confirmation: bool
-    matched_by: list[str] = field(default_factory=list)
+RANKERS = ("fts", "vector", "summary_fts")
+"""Ranker names, in the order of the rankings fused (``RecallItem.matched_by``)."""
 
 
 @dataclass(frozen=True)
@@ -72,15 +63,6 @@ class RecallResult:
         return {"cached": self.cached, "degraded": self.degraded, "items": [asdict(i) for i in self.items]}
 
 
-def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
-    """Reciprocal rank fusion of ranked id lists (rank 1 = first): id -> fused score."""
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, memory_id in enumerate(ranking, start=1):
-            scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (k + rank)
-    return scores
-
-
 _FILTER_SQL = """
   f.subject_id = %(subject)s AND f.purpose = %(purpose)s AND f.status = ANY(%(statuses)s)
   AND f.kind <> 'summary' AND f.content IS NOT NULL AND (f.scope_type || ':' || f.scope_id) = ANY(%(scopes)s)
@@ -88,9 +70,26 @@ _FILTER_SQL = """
   AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.memory_id = f.memory_id)
 """
 
+_SUMMARY_FILTER_SQL = """
+  f.subject_id = %(subject)s AND f.purpose = %(purpose)s AND (f.scope_type || ':' || f.scope_id) = ANY(%(scopes)s)
+  AND (f.expires_at IS NULL OR f.expires_at > %(now)s)
+  AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.memory_id = f.memory_id)
+"""
+
+_SUMMARY_COLUMNS = """
+  f.memory_id, f.subject_id, 'summary' AS kind, f.content, 'active' AS status, f.confirmed, f.confidence, f.key,
+  f.purpose, f.scope_type, f.scope_id, f.provenance, f.revision, f.expires_at, f.sensitivity, f.derived_from
+"""
+"""A summaries row under the facts column names that ``item_from_row`` reads."""
+
 
 class Recall:
-    """Hybrid recall over the facts table, a vector index and an optional cache."""
+    """Hybrid recall over the facts table, a vector index, the summaries table and an
+    optional cache.
+
+    ``uncacheable``: sensitivity classes whose presence in a result (grouped items
+    included) keeps the whole result out of Redis.
+    """
 
     def __init__(
         self,
@@ -98,17 +97,21 @@ class Recall:
         index: VectorIndex | None,
         embedder: Embedder | None,
         cache: RecallCache | None = None,
-        facts_table: str = "facts_v1",
+        facts: FactsTables = FACTS_V1,
+        summaries_table: str = "summaries_v1",
         candidates: int = 50,
         rrf_k: int = 60,
+        uncacheable: frozenset[str] = frozenset({"restricted"}),
     ) -> None:
         self._pool = pool
         self._index = index
         self._embedder = embedder
         self._cache = cache
-        self._table = facts_table
+        self._facts = facts
+        self._summaries = summaries_table
         self._candidates = candidates
         self._rrf_k = rrf_k
+        self._uncacheable = uncacheable
 
     def recall(
         self,
@@ -120,11 +123,14 @@ class Recall:
         k: int = 10,
         scope_keys: Sequence[str] = (),
         include_unconfirmed: bool = False,
+        include_summaries: bool = True,
     ) -> RecallResult:
-        """The top ``k`` memories for ``query``.
+        """The top ``k`` pieces of evidence for ``query`` (a summary with its recalled
+        sources grouped under it counts as one).
 
         ``scope_keys`` are the task's scopes beyond the subject's own, as
-        ``"document:ID"`` or ``"workspace:ID"``.
+        ``"document:ID"`` or ``"workspace:ID"``. ``include_summaries=False`` ranks facts
+        and vectors only (no summaries, no grouping).
 
         Raises:
             NotAuthorisedError: no ``read`` grant for ``subject_id``.
@@ -146,7 +152,14 @@ class Recall:
                 raise RecallError("scope", f"{sk!r} must be document:ID or workspace:ID")
         scopes = sorted({f"subject:{subject_id}", *scope_keys})
         statuses = ["active", "needs_confirmation"] if include_unconfirmed else ["active"]
-        request = {"purpose": purpose, "query": query, "k": k, "scopes": scopes, "statuses": statuses}
+        request = {
+            "purpose": purpose,
+            "query": query,
+            "k": k,
+            "scopes": scopes,
+            "statuses": statuses,
+            "summaries": include_summaries,
+        }
         params = {"subject": subject_id, "purpose": purpose, "statuses": statuses, "scopes": scopes, "now": now}
         degraded: list[str] = []
         cache_key = generation = None
@@ -163,34 +176,14 @@ class Recall:
                 log.warning("recall without cache: %s", exc)
                 degraded.append("cache")
                 cache_key = generation = None
-        rankings = [self._fts(query, params)]
-        if self._index is not None and self._embedder is not None:
-            flt = VectorFilter(
-                subject_id=subject_id,
-                purpose=purpose,
-                statuses=tuple(statuses),
-                scope_keys=tuple(scopes),
-                not_expired_at=now.timestamp(),
-            )
-            vector = self._embedder.embed([query])[0]
-            try:
-                rankings.append([h.memory_id for h in self._index.search(vector, flt, self._candidates)])
-            except VectorIndexError as exc:
-                log.warning("recall without vectors: %s", exc)
-                degraded.append("vectors")
-                rankings.append([])
+        rankings = [self._fts(self._facts.facts, _FILTER_SQL, query, params)]
+        rankings.append(self._vector_ranking(query, params, degraded))
+        if include_summaries:
+            rankings.append(self._fts(self._summaries, _SUMMARY_FILTER_SQL, query, params))
         fused = rrf(rankings, self._rrf_k)
         top = sorted(fused, key=lambda m: (-fused[m], m))
-        rows = self._rows(top, params)
-        items: list[RecallItem] = []
-        for memory_id in top:
-            row = rows.get(memory_id)
-            if row is None:
-                continue  # the vector index is behind the facts table: trust facts
-            matched = [name for name, r in zip(("fts", "vector"), rankings, strict=False) if memory_id in r]
-            items.append(_item(row, fused[memory_id], matched))
-            if len(items) == k:
-                break
+        items = self._items(top, {m: (fused[m], _matched(m, rankings)) for m in top}, params)
+        items = group_summaries(one_per_key(items))[:k]
         if self._cache is not None and cache_key is not None and generation is not None and not degraded:
             try:
                 self._store(subject_id, cache_key, generation, items, now)
@@ -198,18 +191,70 @@ class Recall:
                 log.warning("recall result not cached: %s", exc)
         return RecallResult(items, degraded=degraded)
 
-    def _revalidate(self, hit: list[dict[str, Any]], params: dict[str, Any]) -> list[RecallItem]:
-        """Cached items re-read from the facts table under the same rules at ``now``:
-        anything erased, revoked, superseded, expired or changed since is dropped or
-        refreshed, even if the cache projection has not caught up yet."""
-        rows = self._rows([i["memory_id"] for i in hit], params)
-        return [_item(rows[i["memory_id"]], i["score"], i["matched_by"]) for i in hit if i["memory_id"] in rows]
+    def _vector_ranking(self, query: str, params: dict[str, Any], degraded: list[str]) -> list[str]:
+        """Memory ids by vector similarity ([] without an index, or when it fails)."""
+        if self._index is None or self._embedder is None:
+            return []
+        flt = VectorFilter(
+            subject_id=params["subject"],
+            purpose=params["purpose"],
+            statuses=tuple(params["statuses"]),
+            scope_keys=tuple(params["scopes"]),
+            not_expired_at=params["now"].timestamp(),
+        )
+        vector = self._embedder.embed([query])[0]
+        try:
+            return [h.memory_id for h in self._index.search(vector, flt, self._candidates)]
+        except VectorIndexError as exc:
+            log.warning("recall without vectors: %s", exc)
+            degraded.append("vectors")
+            return []
 
-    def _fts(self, query: str, params: dict[str, Any]) -> list[str]:
+    def _items(
+        self, ids: list[str], ranked: dict[str, tuple[float, list[str]]], params: dict[str, Any]
+    ) -> list[RecallItem]:
+        """Items for ``ids`` (in that order) that pass the rules at ``now``, each with its
+        (score, matched_by) from ``ranked``; ids whose row fails are dropped (the vector
+        index may be behind the facts table: facts are trusted)."""
+        if not ids:
+            return []
+        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows: dict[str, dict[str, Any]] = {}
+            for table, columns, where in (
+                (self._facts.facts, "f.*", _FILTER_SQL),
+                (self._summaries, _SUMMARY_COLUMNS, _SUMMARY_FILTER_SQL),
+            ):
+                cur.execute(
+                    f"SELECT {columns} FROM {table} f WHERE f.memory_id = ANY(%(ids)s) AND {where}",
+                    {**params, "ids": ids},
+                )
+                rows.update((r["memory_id"], r) for r in cur.fetchall())
+            unconfirmed = [m for m, r in rows.items() if r["status"] == "needs_confirmation"]
+            conflicts = open_conflicts_of(conn, self._facts, unconfirmed)
+        return [item_from_row(rows[m], *ranked[m], conflicts.get(m, ())) for m in ids if m in rows]
+
+    def _revalidate(self, hit: list[dict[str, Any]], params: dict[str, Any]) -> list[RecallItem]:
+        """Cached items re-read from the stores under the same rules at ``now``:
+        anything erased, revoked, superseded, expired or changed since is dropped or
+        refreshed, even if the cache projection has not caught up yet. A cached group
+        keeps those of its members that are still valid."""
+        members = [m for i in hit for m in (i, *i["grouped"])]
+        ranked = {m["memory_id"]: (m["score"], m["matched_by"]) for m in members}
+        fresh = {i.memory_id: i for i in self._items(list(ranked), ranked, params)}
+        out = []
+        for cached in hit:
+            top = fresh.get(cached["memory_id"])
+            if top is not None:
+                group = [fresh[g["memory_id"]] for g in cached["grouped"] if g["memory_id"] in fresh]
+                out.append(replace(top, grouped=group))
+        return out
+
+    def _fts(self, table: str, where: str, query: str, params: dict[str, Any]) -> list[str]:
+        """Ids of ``table`` rows matching ``query`` (any of its words), best first."""
         sql = f"""
             WITH q AS (SELECT replace(plainto_tsquery('english', %(query)s)::text, '&', '|') AS text)
-            SELECT f.memory_id FROM {self._table} f, q
-             WHERE q.text <> '' AND f.tsv @@ to_tsquery('english', q.text) AND {_FILTER_SQL}
+            SELECT f.memory_id FROM {table} f, q
+             WHERE q.text <> '' AND f.tsv @@ to_tsquery('english', q.text) AND {where}
              ORDER BY ts_rank(f.tsv, to_tsquery('english', q.text)) DESC, f.memory_id
              LIMIT %(limit)s
         """
@@ -217,43 +262,18 @@ class Recall:
             rows = conn.execute(sql, {**params, "query": query, "limit": self._candidates}).fetchall()
         return [r[0] for r in rows]
 
-    def _rows(self, memory_ids: list[str], params: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        if not memory_ids:
-            return {}
-        sql = f"SELECT f.* FROM {self._table} f WHERE f.memory_id = ANY(%(ids)s) AND {_FILTER_SQL}"
-        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(sql, {**params, "ids": memory_ids})
-            return {r["memory_id"]: r for r in cur.fetchall()}
-
     def _store(self, subject_id: str, key: str, generation: str, items: list[RecallItem], now: datetime) -> None:
         assert self._cache is not None
-        if any(i.sensitivity == "restricted" for i in items):
-            return  # restricted memories are never cached
+        members = [m for i in items for m in i.members()]
+        if any(m.sensitivity in self._uncacheable for m in members):
+            return  # results holding an uncacheable sensitivity class are never cached
         ttl_s = self._cache.default_ttl_s
-        for item in items:
-            if item.expires_at is not None:
-                ttl_s = min(ttl_s, datetime.fromisoformat(item.expires_at).timestamp() - now.timestamp())
+        for member in members:
+            if member.expires_at is not None:
+                ttl_s = min(ttl_s, datetime.fromisoformat(member.expires_at).timestamp() - now.timestamp())
         if math.isfinite(ttl_s):
             self._cache.put(subject_id, key, generation, [asdict(i) for i in items], ttl_s)
 
 
-def _item(row: dict[str, Any], score: float, matched: list[str]) -> RecallItem:
-    return RecallItem(
-        memory_id=row["memory_id"],
-        subject_id=row["subject_id"],
-        kind=row["kind"],
-        content=row["content"],
-        score=round(score, 6),
-        status=row["status"],
-        confirmed=row["confirmed"],
-        confidence=row["confidence"],
-        key=row["key"],
-        purpose=row["purpose"],
-        scope={"type": row["scope_type"], "id": row["scope_id"]},
-        provenance=row["provenance"],
-        revision=row["revision"],
-        expires_at=row["expires_at"].isoformat() if row["expires_at"] else None,
-        sensitivity=row["sensitivity"],
-        needs_confirmation=row["status"] == "needs_confirmation",
-        matched_by=matched,
-    )
+def _matched(memory_id: str, rankings: Sequence[Sequence[str]]) -> list[str]:
+    return [name for name, ranking in zip(RANKERS, rankings, strict=False) if memory_id in ranking]

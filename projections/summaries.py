@@ -2,7 +2,13 @@
 
 A summary is stored with ``derived_from`` (the memory ids it was made from). When any
 source is superseded, redacted, revoked, expired or erased, every summary derived from
-it is dropped: a summary must not outlive the evidence it restates.
+it is dropped: a summary must not outlive the evidence it restates. A regenerated summary
+(``SummaryDerived.replaces``) also drops the summary it replaces; being derived only from
+sources that are still valid, it survives the invalidation that caused it.
+
+Each row carries what recall needs to return it as an item (key, sensitivity, confidence,
+veracity, confirmed); a summary row exists only while it is valid, so its status is
+always ``active``.
 """
 
 from __future__ import annotations
@@ -46,7 +52,21 @@ CREATE TABLE IF NOT EXISTS summaries_v{version} (
 );
 CREATE INDEX IF NOT EXISTS summaries_v{version}_subject ON summaries_v{version} (subject_id, purpose);
 CREATE INDEX IF NOT EXISTS summaries_v{version}_derived ON summaries_v{version} USING gin (derived_from);
+CREATE INDEX IF NOT EXISTS summaries_v{version}_tsv ON summaries_v{version} USING gin (tsv);
+ALTER TABLE summaries_v{version}
+    ADD COLUMN IF NOT EXISTS key          text,
+    ADD COLUMN IF NOT EXISTS sensitivity  text NOT NULL DEFAULT 'internal',
+    ADD COLUMN IF NOT EXISTS confidence   double precision NOT NULL DEFAULT 0.7,
+    ADD COLUMN IF NOT EXISTS veracity     text NOT NULL DEFAULT 'inferred',
+    ADD COLUMN IF NOT EXISTS confirmed    boolean NOT NULL DEFAULT false;
+CREATE INDEX IF NOT EXISTS summaries_v{version}_recall ON summaries_v{version} (subject_id, purpose, expires_at);
 """
+
+
+def schema_marker(version: int) -> str:
+    """The relation whose presence means ``schema_sql(version)`` has run in full (the
+    last index it creates: an older schema without the recall columns lacks it)."""
+    return f"summaries_v{version}_recall"
 
 
 _INVALIDATING = (MemorySuperseded, MemoryRedacted, ConsentRevoked, RetentionExpired, ErasureRequested)
@@ -62,7 +82,7 @@ class SummariesProjection(base.TransactionalProjection):
         self._content = content
         self.table = f"summaries_v{version}"
         with pool.connection() as conn:
-            ensure_schema(conn, self.table, schema_sql(version))
+            ensure_schema(conn, schema_marker(version), schema_sql(version))
 
     def reset(self) -> None:
         with self._pool.connection() as conn, conn.transaction():
@@ -73,6 +93,8 @@ class SummariesProjection(base.TransactionalProjection):
     def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
         if isinstance(event, SummaryDerived):
             self._derived(conn, event)
+            if event.replaces is not None:
+                conn.execute(f"DELETE FROM {self.table} WHERE memory_id = %s", (event.replaces,))
         elif isinstance(event, _INVALIDATING):
             removed = self._drop_derived(conn, [r.memory_id for r in touched_memories(event)])
             if isinstance(event, ErasureRequested):
@@ -86,8 +108,10 @@ class SummariesProjection(base.TransactionalProjection):
         conn.execute(
             f"""
             INSERT INTO {self.table} (memory_id, subject_id, revision, content, content_hmac, purpose, scope_type,
-                scope_id, derived_from, provenance, written_at, expires_at)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (memory_id) DO NOTHING
+                scope_id, derived_from, provenance, written_at, expires_at, key, sensitivity, confidence,
+                veracity, confirmed)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            ON CONFLICT (memory_id) DO NOTHING
             """,
             (
                 e.memory_id,
@@ -102,6 +126,11 @@ class SummariesProjection(base.TransactionalProjection):
                 Jsonb(m.provenance.model_dump(mode="json")),
                 m.provenance.written_at,
                 m.retention.expires_at,
+                m.key,
+                m.sensitivity,
+                m.confidence,
+                m.veracity,
+                m.confirmed,
             ),
         )
 

@@ -4,7 +4,10 @@ its revision and the embedding model that made the vector.
 
 Writes are idempotent and revision-guarded: a point is (re)written only when the event's
 revision is newer than the point's; the position is stored after the index write.
-A memory that stops being usable (superseded, revoked, expired, erased) loses its point.
+A memory that stops being usable (superseded, revoked, expired, erased) loses its point;
+one in a detected conflict keeps it with status ``needs_confirmation`` (so recall's status
+filter leaves it out unless unconfirmed memories are asked for), and a reinforcement only
+bumps its revision.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from contracts import (
+    ConflictDetected,
     ConsentRevoked,
     ErasureRequested,
     Event,
     MemoryConfirmed,
     MemoryRedacted,
+    MemoryReinforced,
     MemorySuperseded,
     MemoryWritten,
     RetentionExpired,
@@ -96,16 +101,37 @@ class VectorsProjection(base.PositionedProjection):
                 if e.event_id in vectors:
                     self._upsert(e, vectors[e.event_id], current)
             elif isinstance(e, MemoryConfirmed):
-                payload = current.get(e.memory_id)
-                if payload is not None and int(payload.get("revision", 0)) < e.revision:
-                    update = {"status": "active", "revision": e.revision}
-                    self._index.set_payload(e.memory_id, update)
-                    payload.update(update)
+                self._update(e.memory_id, e.revision, {"status": "active"}, current)
+            elif isinstance(e, MemoryReinforced):
+                self._update(e.memory_id, e.revision, {}, current, confidence=e.confidence)
+            elif isinstance(e, ConflictDetected):
+                for ref in e.affected:
+                    self._update(ref.memory_id, ref.revision, {"status": "needs_confirmation"}, current)
             elif isinstance(e, MemorySuperseded | ConsentRevoked | RetentionExpired | ErasureRequested):
                 gone = [r.memory_id for r in touched_memories(e)]
                 self._index.delete(gone)
                 for m in gone:
                     current.pop(m, None)
+
+    def _update(
+        self,
+        memory_id: str,
+        revision: int,
+        changes: dict[str, Any],
+        current: dict[str, dict[str, Any]],
+        confidence: float | None = None,
+    ) -> None:
+        """Set ``changes`` and ``revision`` on the payload of an existing point whose
+        revision is older (``confidence`` too, if the payload holds one); no point, or a
+        newer one, changes nothing."""
+        payload = current.get(memory_id)
+        if payload is None or int(payload.get("revision", 0)) >= revision:
+            return
+        update = changes | {"revision": revision}
+        if confidence is not None and "confidence" in payload:
+            update["confidence"] = confidence
+        self._index.set_payload(memory_id, update)
+        payload.update(update)
 
     def _payload(
         self,

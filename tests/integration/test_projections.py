@@ -49,8 +49,9 @@ def one(svc: Services, sql: str, *params: Any) -> Any:
 
 
 def recall_ids(svc: Services, query: str, subject: str = "alice", **kw: Any) -> list[str]:
+    """Ids recalled, each top-level item followed by the sources grouped under it."""
     result = svc.recall.recall(svc.principal(), subject, PURPOSE, query, utc_now(), **kw)
-    return [i.memory_id for i in result.items]
+    return [m.memory_id for i in result.items for m in i.members()]
 
 
 def test_facts_row_history_and_full_text(svc: Services) -> None:

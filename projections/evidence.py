@@ -1,0 +1,141 @@
+"""Recall items and the pure rules that turn fused candidates into evidence.
+
+- :func:`rrf`: reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009):
+  ``score = sum over rankers of 1 / (rrf_k + rank)``, rank starting at 1.
+- :func:`one_per_key`: never two current answers for one key.
+- :func:`group_summaries`: a summary and the memories it was derived from are one piece
+  of evidence, not independent ones (DESIGN.md, invariant 4).
+
+No I/O here: :mod:`projections.recall` fetches the rows and calls these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RecallItem:
+    """One recalled memory (or summary) with its provenance.
+
+    ``score`` is the fused RRF score (for a summary that groups its sources: the best
+    score in the group); ``matched_by`` lists the rankers that found it (``fts``,
+    ``vector``, ``summary_fts``). ``derived_from`` lists the sources of a summary or
+    inference ([] otherwise); ``grouped`` holds the sources of a summary that were
+    recalled with it and are not listed again at top level. ``conflicts`` lists the open
+    conflicts a ``needs_confirmation`` memory is in.
+    """
+
+    memory_id: str
+    subject_id: str
+    kind: str
+    content: str
+    score: float
+    status: str
+    confirmed: bool
+    confidence: float
+    key: str | None
+    purpose: str
+    scope: dict[str, str]
+    provenance: dict[str, Any]
+    revision: int
+    expires_at: str | None
+    sensitivity: str
+    needs_confirmation: bool
+    matched_by: list[str] = field(default_factory=list)
+    derived_from: list[str] = field(default_factory=list)
+    grouped: list[RecallItem] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+    def members(self) -> list[RecallItem]:
+        """This item and the items grouped under it."""
+        return [self, *self.grouped]
+
+
+def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
+    """Reciprocal rank fusion of ranked id lists (rank 1 = first): id -> fused score."""
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, memory_id in enumerate(ranking, start=1):
+            scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def item_from_row(row: dict[str, Any], score: float, matched: list[str], conflicts: Sequence[str] = ()) -> RecallItem:
+    """A :class:`RecallItem` from a facts row (or a summaries row selected with the same
+    column names, see :mod:`projections.recall`)."""
+    return RecallItem(
+        memory_id=row["memory_id"],
+        subject_id=row["subject_id"],
+        kind=row["kind"],
+        content=row["content"],
+        score=round(score, 6),
+        status=row["status"],
+        confirmed=row["confirmed"],
+        confidence=row["confidence"],
+        key=row["key"],
+        purpose=row["purpose"],
+        scope={"type": row["scope_type"], "id": row["scope_id"]},
+        provenance=row["provenance"],
+        revision=row["revision"],
+        expires_at=row["expires_at"].isoformat() if row["expires_at"] else None,
+        sensitivity=row["sensitivity"],
+        needs_confirmation=row["status"] == "needs_confirmation",
+        matched_by=matched,
+        derived_from=list(row["derived_from"] or []),
+        conflicts=list(conflicts),
+    )
+
+
+def one_per_key(items: Sequence[RecallItem]) -> list[RecallItem]:
+    """``items`` (best first) without the lower-ranked ``active`` items whose non-null key
+    an earlier ``active`` item already answers. The ledger never leaves two active memories
+    for one key, but a projection in the middle of a batch can show both for a moment."""
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        if item.status == "active" and item.key is not None:
+            if item.key in seen:
+                continue
+            seen.add(item.key)
+        out.append(item)
+    return out
+
+
+def group_summaries(items: Sequence[RecallItem]) -> list[RecallItem]:
+    """Fold each summary's recalled sources under it (``grouped``), best first.
+
+    ``items`` are the fused candidates, best first. A summary claims those of its
+    ``derived_from`` that are among the candidates and not claimed by a summary whose
+    group ranks better; the group takes the place of its best-ranked member, with that
+    member's score. Claimed sources are not listed at top level. Returns the top-level
+    items, best first.
+    """
+    rank = {item.memory_id: n for n, item in enumerate(items)}
+    summaries = [i for i in items if i.kind == "summary"]
+
+    def best(summary: RecallItem) -> int:
+        return min([rank[summary.memory_id], *(rank[s] for s in summary.derived_from if s in rank)])
+
+    claimed: dict[str, list[RecallItem]] = {}
+    taken: set[str] = set()
+    for summary in sorted(summaries, key=lambda s: (best(s), rank[s.memory_id])):
+        members = [
+            i for i in items if i.memory_id in summary.derived_from and i.kind != "summary" and i.memory_id not in taken
+        ]
+        taken.update(m.memory_id for m in members)
+        claimed[summary.memory_id] = members
+    placed: list[tuple[int, RecallItem]] = []
+    for n, item in enumerate(items):
+        if item.memory_id in taken:
+            continue
+        group = claimed.get(item.memory_id)
+        if group:
+            position = min([n, *(rank[m.memory_id] for m in group)])
+            score = max([item.score, *(m.score for m in group)])
+            item = replace(item, grouped=group, score=score)
+            n = position
+        placed.append((n, item))
+    return [item for _, item in sorted(placed, key=lambda p: p[0])]
