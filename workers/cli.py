@@ -77,6 +77,28 @@ def _where(r: CommandResult) -> str:
     return ", ".join(f"partition {p.partition} offset {p.offset}" for p in r.positions)
 
 
+def _describe_write(r: CommandResult) -> str:
+    """What a write ended in: a new memory, a restatement, a supersession or a conflict."""
+    first = r.events[0]
+    if first.type == "MemoryReinforced":
+        text = f"same statement as memory {r.memory_id}: reinforced, confidence now {first.confidence:.3f}"
+        if any(e.type == "MemoryConfirmed" for e in r.events):
+            text += ", confirmed"
+    else:
+        text = f"wrote memory {r.memory_id} (revision 1)"
+    superseded = [e.memory_id for e in r.events if e.type == "MemorySuperseded"]
+    if superseded:
+        text += f"; superseded {', '.join(superseded)}"
+    for e in r.events:
+        if e.type == "ConflictDetected":
+            members = ", ".join(ref.memory_id for ref in e.affected)
+            text += (
+                f"; conflict {e.conflict_id} on key {e.key!r}: {members} now need confirmation"
+                f" (see memledger conflicts {e.subject_id})"
+            )
+    return f"{text} at {_where(r)}"
+
+
 def _memory_write(
     subject: str,
     content: str,
@@ -154,7 +176,7 @@ def write(
     with services() as svc:
         r = svc.ledger.write(svc.principal(), cmd)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: f"wrote memory {r.memory_id} (revision 1) at {_where(r)}")
+    emit(as_json, _result(r), lambda: _describe_write(r))
 
 
 @app.command()
@@ -251,16 +273,32 @@ def sweep(
     now: Annotated[str | None, typer.Option(help="ISO 8601 time with zone (default: now, UTC)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Expire every memory whose expires_at has passed (appends RetentionExpired per subject)."""
+    """Enforce retention: expire memories whose expires_at has passed and destroy the
+    content of revoked memories whose grace period ended (RetentionExpired per subject)."""
     moment = parse_time(now, "now")
     with services() as svc:
         results = svc.ledger.sweep(svc.principal(), moment)
         project_if_embedded(svc)
-    expired = [m for r in results for m in r.affected]
+    done: dict[str, list[str]] = {"expires_at": [], "consent_grace": []}
+    for r in results:
+        for e in r.events:
+            if e.type == "RetentionExpired":
+                done[e.reason] += [ref.memory_id for ref in e.affected]
+    regenerated = [e.memory_id for r in results for e in r.events if e.type == "SummaryDerived"]
     emit(
         as_json,
-        {"subjects": len(results), "expired": expired},
-        lambda: f"expired {_memories(len(expired))} of {len(results)} subject(s)",
+        {
+            "subjects": len(results),
+            "expired": done["expires_at"],
+            "grace_ended": done["consent_grace"],
+            "summaries_regenerated": regenerated,
+        },
+        lambda: (
+            f"expired {_memories(len(done['expires_at']))}, destroyed the content of"
+            f" {_memories(len(done['consent_grace']))} past their consent grace period,"
+            f" regenerated {len(regenerated)} summar{'y' if len(regenerated) == 1 else 'ies'};"
+            f" {len(results)} subject(s)"
+        ),
     )
 
 
