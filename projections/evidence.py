@@ -90,13 +90,15 @@ def item_from_row(row: dict[str, Any], score: float, matched: list[str], conflic
 
 
 def one_per_key(items: Sequence[RecallItem]) -> list[RecallItem]:
-    """``items`` (best first) without the lower-ranked ``active`` items whose non-null key
-    an earlier ``active`` item already answers. The ledger never leaves two active memories
-    for one key, but a projection in the middle of a batch can show both for a moment."""
+    """``items`` (best first) without the lower-ranked ``active`` memories whose non-null
+    key an earlier ``active`` memory already answers. The ledger never leaves two active
+    memories for one key, but a projection in the middle of a batch can show both for a
+    moment. Summaries are left alone: :func:`group_summaries` handles them with their
+    sources."""
     seen: set[str] = set()
     out = []
     for item in items:
-        if item.status == "active" and item.key is not None:
+        if item.status == "active" and item.key is not None and item.kind != "summary":
             if item.key in seen:
                 continue
             seen.add(item.key)

@@ -1,4 +1,4 @@
-"""Commands that run scenarios and data: demo, ingest-locomo, bench."""
+"""Commands that run scenarios and read data: demo, ingest-locomo, bench, conflicts."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from workers.cliutil import emit, services
+from projections.conflicts import Conflict, list_conflicts
+from projections.facts import FactsTables
+from workers.cliutil import emit, project_if_embedded, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 bench_app = typer.Typer(
@@ -131,8 +134,51 @@ def bench_all(
     print(lo["recall_text"])
 
 
+def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
+    """A rich table per conflict (members with status, source and text), as plain text."""
+    if not conflicts:
+        return f"no conflicts for {subject}"
+    console = Console(width=120, highlight=False)
+    with console.capture() as captured:
+        for c in conflicts:
+            state = "open" if c.open else "resolved"
+            title = (
+                f"conflict {c.conflict_id} ({state}): key {c.key}, purpose {c.purpose},"
+                f" scope {c.scope['type']}:{c.scope['id']}, detected {c.detected_at.isoformat()}"
+            )
+            table = Table(title=title, title_justify="left")
+            for column in ("memory", "status", "veracity", "source", "written at", "content"):
+                table.add_column(column, overflow="fold")
+            for m in c.members:
+                table.add_row(
+                    m.memory_id,
+                    m.status,
+                    m.veracity or "-",
+                    ", ".join(f"{k} {v}" for k, v in m.source.items()) or "-",
+                    m.written_at.isoformat() if m.written_at else "-",
+                    m.content if m.content is not None else "(not readable)",
+                )
+            console.print(table)
+    return captured.get().rstrip()
+
+
+def conflicts(
+    subject: str,
+    include_resolved: Annotated[bool, typer.Option("--all", help="also list resolved conflicts")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """List SUBJECT's conflicts: memories that claim different values for one key.
+    A conflict is open while two or more of its memories are live; needs a read grant."""
+    with services(own_vectors=False, projections=("facts",)) as svc:
+        svc.principal().require("read", subject)
+        project_if_embedded(svc)
+        found = list_conflicts(svc.pool, FactsTables(1), subject, include_resolved=include_resolved)
+    emit(as_json, [c.to_dict() for c in found], lambda: render_conflicts(found, subject))
+
+
 def register(app: typer.Typer) -> None:
     app.command()(demo)
+    app.command()(conflicts)
     app.command("ingest-locomo")(ingest_locomo)
     bench_app.command("recall-locomo")(bench_recall_locomo)
     bench_app.command("all")(bench_all)
