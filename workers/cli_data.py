@@ -138,28 +138,30 @@ def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
     """A rich table per conflict (members with status, source and text), as plain text."""
     if not conflicts:
         return f"no conflicts for {subject}"
-    console = Console(width=120, highlight=False)
+    console = Console(width=160, highlight=False)
     with console.capture() as captured:
         for c in conflicts:
             state = "open" if c.open else "resolved"
             title = (
                 f"conflict {c.conflict_id} ({state}): key {c.key}, purpose {c.purpose},"
-                f" scope {c.scope['type']}:{c.scope['id']}, detected {c.detected_at.isoformat()}"
+                f" scope {c.scope['type']}:{c.scope['id']}, detected {c.detected_at:%Y-%m-%d %H:%M:%S}Z"
             )
             table = Table(title=title, title_justify="left")
-            for column in ("memory", "status", "veracity", "source", "written at", "content"):
-                table.add_column(column, overflow="fold")
+            for column in ("memory", "status", "veracity", "written at"):
+                table.add_column(column, no_wrap=True)
+            table.add_column("source", overflow="fold")
+            table.add_column("content", overflow="fold", ratio=1)
             for m in c.members:
                 table.add_row(
                     m.memory_id,
                     m.status,
                     m.veracity or "-",
+                    f"{m.written_at:%Y-%m-%d %H:%M:%S}Z" if m.written_at else "-",
                     ", ".join(f"{k} {v}" for k, v in m.source.items()) or "-",
-                    m.written_at.isoformat() if m.written_at else "-",
                     m.content if m.content is not None else "(not readable)",
                 )
             console.print(table)
-    return captured.get().rstrip()
+    return "\n".join(line.rstrip() for line in captured.get().rstrip().splitlines())
 
 
 def conflicts(

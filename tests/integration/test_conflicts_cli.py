@@ -1,0 +1,66 @@
+"""``memledger conflicts``: conflicts the ledger detected, as the facts projection holds
+them, through the CLI (embedded mode on the test Postgres and Redis)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from workers.cli import app
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cli(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("MEMLEDGER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MEMLEDGER_POSTGRES_DSN", fresh_dsn)
+    monkeypatch.setenv("MEMLEDGER_REDIS_URL", redis_url)
+    monkeypatch.setenv("MEMLEDGER_EMBEDDER", "hashing")
+    monkeypatch.setenv("MEMLEDGER_VECTOR_ENGINE", "client")
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        result = runner.invoke(app, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout) if "--json" in args else result.stdout
+
+    return run
+
+
+def _claim(cli: Any, content: str, source: str) -> str:
+    out = cli(
+        "write", "alice", content, "--purpose", "writing", "--key", "answer_length",
+        "--veracity", "tool", "--source-ref", source, "--confirmed", "--json",
+    )  # fmt: skip
+    return str(out["memory_id"])
+
+
+def test_conflicts_lists_open_conflicts_with_their_members_and_resolved_ones_on_request(cli: Any) -> None:
+    a = _claim(cli, "Alice wants short answers", "crm")
+    b = _claim(cli, "Alice wants long answers", "survey")
+    [conflict] = cli("conflicts", "alice", "--json")
+    assert conflict["open"] and conflict["key"] == "answer_length" and conflict["purpose"] == "writing"
+    members = {m["memory_id"]: m for m in conflict["members"]}
+    assert set(members) == {a, b}
+    assert members[a]["status"] == "needs_confirmation" and members[a]["content"] == "Alice wants short answers"
+    assert members[b]["source"]["source_ref"] == "survey" and members[b]["veracity"] == "tool"
+    text = cli("conflicts", "alice")
+    assert f"{conflict['conflict_id']} (open)" in text and "Alice wants long answers" in text
+    cli("confirm", "alice", a)  # the subject confirms one claim: the other is superseded by it
+    assert cli("conflicts", "alice", "--json") == []
+    [resolved] = cli("conflicts", "alice", "--all", "--json")
+    assert not resolved["open"]
+    assert {m["memory_id"]: m["status"] for m in resolved["members"]} == {a: "active", b: "superseded"}
+    assert cli("conflicts", "bob") == "no conflicts for bob\n"
+
+
+def test_conflicts_needs_a_read_grant(cli: Any) -> None:
+    from ledger.errors import NotAuthorisedError
+
+    result = CliRunner().invoke(app, ["--principal", "nobody", "conflicts", "alice"])
+    assert isinstance(result.exception, NotAuthorisedError)
