@@ -47,6 +47,7 @@ __all__ = [
     "ModelFileMismatchError",
     "MiniLMEmbedder",
     "ModelFiles",
+    "load_tokenizer",
     "locate_model_files",
 ]
 
@@ -137,6 +138,25 @@ def _check_sha256(path: Path, expected: str) -> None:
             f"{path} has sha256 {digest.hexdigest()}, expected {expected}: "
             f"reinstall '{MODEL_DISTRIBUTION}' and '{_TOKENIZER_SOURCES[0][2]}'"
         )
+
+
+def load_tokenizer() -> tokenizers.Tokenizer:
+    """The model's own WordPiece tokenizer (``tokenizer.json``, sha256-checked), with
+    neither truncation nor padding: ``encode(text, add_special_tokens=False)`` gives every
+    token of ``text`` as the model would see it before its 256-token cut.
+
+    Raises:
+        ModelPackageMissingError: a package shipping the files is missing.
+        ModelFileMismatchError: the tokenizer file is not the pinned one.
+    """
+    import tokenizers
+
+    files = locate_model_files()
+    _check_sha256(files.tokenizer, _TOKENIZER_SHA256)
+    tokenizer = tokenizers.Tokenizer.from_file(str(files.tokenizer))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 class MiniLMEmbedder:

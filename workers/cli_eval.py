@@ -1,0 +1,100 @@
+"""``memledger eval``: evaluations that print measures and exit 1 when a check fails."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from workers.bootstrap import PROJECTION_NAMES, Services
+from workers.cliutil import emit, services, settings
+
+eval_app = typer.Typer(
+    help="Evaluations: scenario suites with measures per scenario and in total.", no_args_is_help=True
+)
+
+
+def _wait_for_workers(svc: Services, timeout_s: float) -> None:
+    """Block until every projection's stored position is at the end of the log.
+
+    Raises:
+        TimeoutError: still behind after ``timeout_s`` seconds.
+    """
+    import psycopg
+
+    from projections import base
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ends = svc.log.end_offsets()
+        behind: dict[str, int] = {}
+        for name in PROJECTION_NAMES:
+            try:
+                with svc.pool.connection() as conn:
+                    done = base.load_positions(conn, f"{name}_v1")
+            except psycopg.errors.UndefinedTable:  # no worker has started yet
+                done = {}
+            behind[name] = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items())
+        if not any(behind.values()):
+            return
+        if time.monotonic() > deadline:
+            lagging = ", ".join(f"{n} {lag}" for n, lag in behind.items() if lag)
+            raise TimeoutError(f"workers: still behind after {timeout_s:.0f}s ({lagging}); is `memledger worker` up?")
+        time.sleep(0.2)
+
+
+@eval_app.command("scenarios")
+def scenarios(
+    scenario: Annotated[
+        list[str] | None, typer.Option("--scenario", "-s", help="run only this scenario (repeat)")
+    ] = None,
+    workers: Annotated[
+        bool,
+        typer.Option(
+            "--workers",
+            help="distributed mode: let running `memledger worker` processes project, and wait for them before"
+            " each check, instead of projecting in this process",
+        ),
+    ] = False,
+    timeout_s: Annotated[float, typer.Option(help="with --workers: longest wait for the workers, s")] = 120.0,
+    details: Annotated[bool, typer.Option(help="a table of checks per scenario before the summary")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Run the memory-lifecycle scenario suite on fresh subjects, in the configured mode.
+
+    Prints per scenario and in total: relevance of recalled items, stale items returned
+    (must be 0), undetected conflicts (must be 0), context cost (tokens of recalled text
+    per query). Exit status 1 when a scenario fails.
+    """
+    from workers.scenarios import ScenarioReport, run_suite, select
+
+    chosen = select(scenario)
+    cfg = settings()
+    if workers and cfg.mode == "embedded":
+        raise typer.BadParameter("workers: only in the distributed mode (MEMLEDGER_KAFKA_BOOTSTRAP)")
+    console = Console(stderr=True, highlight=False)
+    # in-process: this process runs every projection (it opens the local vector index itself,
+    # so no vectors worker may own it at the same time)
+    with services(own_vectors=not workers, projections=() if workers else PROJECTION_NAMES) as svc:
+        sync = (lambda: _wait_for_workers(svc, timeout_s)) if workers else None
+
+        def progress(report: ScenarioReport) -> None:
+            if not as_json:
+                console.print(f"  {report.name}: {'ok' if report.passed else 'FAIL'} ({report.seconds:.1f} s)")
+
+        suite = run_suite(svc, chosen, sync=sync, progress=progress)
+    if as_json:
+        emit(True, suite.to_dict(), "")
+    else:
+        out = Console(highlight=False)
+        if not out.is_terminal:
+            out = Console(highlight=False, width=max(out.width, 132))  # files and pipes: not 80 columns
+        suite.render(out, details=details)
+    if not suite.passed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")
