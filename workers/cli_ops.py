@@ -32,6 +32,10 @@ def _render_recall(result: RecallResult) -> str:
             + (f"; turn {prov['turn_id']}" if prov.get("turn_id") else "")
             + f"; matched by {'+'.join(item.matched_by)}"
         )
+        if item.conflicts:
+            lines.append(f"     in conflict {', '.join(item.conflicts)} (see: memledger conflicts {item.subject_id})")
+        for source in item.grouped:
+            lines.append(f"     + source {source.memory_id} ({source.kind}): {source.content}")
     if result.degraded:
         lines.append(f"note: ranked without {', '.join(result.degraded)} (unreachable)")
     return "\n".join(lines)
