@@ -22,6 +22,7 @@ from workers.scenarios.model import (
     Scenario,
     Supersede,
     Sweep,
+    Wait,
     Write,
 )
 
@@ -215,6 +216,44 @@ SCENARIOS: tuple[Scenario, ...] = (
                 "write a configuration example for the cluster deployment",
                 relevant=("yaml",),
                 stale=("sprint",),
+            ),
+        ),
+    ),
+    Scenario(
+        name="after-expiry",
+        description="after a memory expired (not yet swept), the same or a rival claim starts afresh",
+        steps=(
+            Write(
+                "tabs",
+                "Indents code with tabs",
+                key="indentation",
+                expires_in_s=1,
+                confirmed=True,
+            ),
+            Write(
+                "pg15",
+                "The team's production database is PostgreSQL 15",
+                kind="fact",
+                key="production_database",
+                veracity="imported",
+                source_ref="doc:runbook-2025",
+                expires_in_s=1,
+            ),
+            Wait(1.5),
+            Write("tabs-again", "Indents code with tabs", key="indentation", confirmed=True, distinct_from="tabs"),
+            Write(
+                "pg17",
+                "The team's production database is PostgreSQL 17",
+                kind="fact",
+                key="production_database",
+                veracity="imported",
+                source_ref="doc:architecture-2026",
+            ),
+            RecallCheck(
+                "the statement made again after the first one expired is current",
+                "how to indent code and which database runs in production",
+                relevant=("tabs-again", "pg17"),
+                stale=("tabs", "pg15"),
             ),
         ),
     ),

@@ -27,6 +27,8 @@ class Write:
     (None: the class default of the retention policy); ``derived_from`` names labels.
     ``same_as``: this is a restatement of that label's memory, so the ledger must answer
     with that memory's id and create nothing new (otherwise a *duplicate* is counted).
+    ``distinct_from``: the ledger must create a new memory, not answer with that label's
+    id (for example when that memory is no longer live).
     """
 
     label: str
@@ -45,6 +47,7 @@ class Write:
     expires_in_s: float | None = None
     derived_from: tuple[str, ...] = ()
     same_as: str | None = None
+    distinct_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,13 @@ class Erase:
 @dataclass(frozen=True)
 class Advance:
     """Move the scenario clock ``seconds`` forward (recall and sweep ``now``; not the ledger's clock)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Let ``seconds`` of real time pass (the ledger's clock moves too)."""
 
     seconds: float
 
@@ -131,7 +141,7 @@ class ConflictCheck:
     closed: tuple[str, ...] = ()
 
 
-Step = Write | Supersede | Confirm | Revoke | Erase | Advance | Sweep | RecallCheck | ConflictCheck
+Step = Write | Supersede | Confirm | Revoke | Erase | Advance | Wait | Sweep | RecallCheck | ConflictCheck
 
 
 @dataclass(frozen=True)

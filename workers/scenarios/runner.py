@@ -25,6 +25,7 @@ grouped under a summary:
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,7 @@ from workers.scenarios.model import (
     Scenario,
     Supersede,
     Sweep,
+    Wait,
     Write,
 )
 
@@ -237,8 +239,6 @@ class ScenarioRunner:
     def run(self, scenario: Scenario) -> ScenarioReport:
         """Carry out every step; a step that fails ends the scenario as failed (the
         checks run so far are kept)."""
-        import time
-
         started = time.monotonic()
         run = _Run(self, scenario, f"scn-{scenario.name}-{self.run_id}")
         try:
@@ -301,6 +301,8 @@ class _Run:
             self._derived(ledger.erase(principal, cmd_e))
         elif isinstance(step, Advance):
             self.offset += timedelta(seconds=step.seconds)
+        elif isinstance(step, Wait):
+            time.sleep(step.seconds)
         elif isinstance(step, Sweep):
             for result in ledger.sweep(principal, self.now()):
                 self._derived(result)
@@ -362,6 +364,11 @@ class _Run:
             self.report.failures.append(
                 f"restatement {w.label!r} of {w.same_as!r} created memory {result.memory_id}"
                 f" instead of reinforcing {self.ids.get(w.same_as)}"
+            )
+        if w.distinct_from is not None and result.memory_id == self.ids.get(w.distinct_from):
+            self.report.failures.append(
+                f"write {w.label!r} answered with the memory of {w.distinct_from!r} ({result.memory_id})"
+                " instead of creating a new one"
             )
         if result.memory_id not in self.labels:
             self.labels[result.memory_id] = w.label
