@@ -148,10 +148,17 @@ def test_summaries_dropped_when_a_source_is_invalidated(svc: Services) -> None:
     ).memory_id
     svc.catch_up()
     assert one(svc, "SELECT count(*) FROM summaries_v1") == 2
-    svc.ledger.supersede(p, a, memory_write(content="Alice uses emacs"))
+    r = svc.ledger.supersede(p, a, memory_write(content="Alice uses emacs"))
     svc.catch_up()
-    assert one(svc, "SELECT array_agg(memory_id) FROM summaries_v1") == [s2]
-    assert s1 not in recall_ids(svc, "vim tmux")  # summaries are not facts either
+    (regenerated,) = [e.memory_id for e in r.events if e.type == "SummaryDerived"]
+    rows = one(
+        svc, "SELECT array_agg(memory_id ORDER BY memory_id), array_agg(content ORDER BY memory_id) FROM summaries_v1"
+    )
+    assert rows == (
+        sorted([s2, regenerated]),
+        [c for _, c in sorted({s2: "Alice: tmux", regenerated: "Alice uses tmux"}.items())],
+    )
+    assert s1 not in recall_ids(svc, "vim tmux")
 
 
 def test_recall_rules(svc: Services) -> None:
@@ -309,22 +316,23 @@ def test_sweep_expires_what_has_passed_in_every_store(svc: Services) -> None:
     ).memory_id
     lasting = svc.ledger.write(p, memory_write(content="Alice is based in Porto")).memory_id
     assert soon and lasting
-    svc.ledger.write(
+    summary = svc.ledger.write(
         p,
         memory_write(
             kind="summary",
             content="Alice: Porto, in Lisbon this week",
             provenance={"writer": "s", "written_at": utc_now(), "derived_from": [soon, lasting]},
         ),
-    )
+    ).memory_id
     svc.catch_up()
     assert svc.ledger.sweep(p, utc_now()) == []  # nothing has passed yet
     results = svc.ledger.sweep(p, utc_now() + timedelta(days=2))
-    assert [r.affected for r in results] == [(soon,)]
+    assert [set(r.affected) for r in results] == [{soon, summary}]  # the summary restates it: it expires too
     svc.catch_up()
-    assert one(svc, "SELECT status FROM facts_v1 WHERE memory_id = %s", soon) == "expired"
+    assert one(svc, "SELECT status, content FROM facts_v1 WHERE memory_id = %s", soon) == ("expired", None)
     assert svc.index is not None and svc.index.retrieve([soon]) == {}
-    assert one(svc, "SELECT count(*) FROM summaries_v1") == 0
+    # regenerated from the source that remains
+    assert one(svc, "SELECT content, derived_from FROM summaries_v1") == ("Alice is based in Porto", [lasting])
     assert soon not in recall_ids(svc, "Lisbon this week")
     assert svc.ledger.sweep(p, utc_now() + timedelta(days=2)) == []
     with pytest.raises(InvalidCommandError, match="now"):
