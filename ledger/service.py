@@ -413,7 +413,7 @@ class Ledger:
         self._check_sources(conn, cmd)
         if cmd.kind != "summary" and not explicit:
             same = state.find_statement(
-                conn, cmd.subject_id, cmd.purpose, cmd.scope, cmd.key, self._statement_hmac(cmd.content)
+                conn, cmd.subject_id, cmd.purpose, cmd.scope, cmd.key, self._statement_hmac(cmd.content), now
             )
             if same is not None:
                 return same.memory_id, self._reinforce(conn, same, cmd, now, corr)
@@ -422,7 +422,7 @@ class Ledger:
         events: list[Event] = [written]
         if cmd.key is None or cmd.kind == "summary":
             return memory_id, events
-        rivals = [h for h in state.live_in_slot(conn, cmd.subject_id, cmd.purpose, cmd.scope, cmd.key)]
+        rivals = state.live_in_slot(conn, cmd.subject_id, cmd.purpose, cmd.scope, cmd.key, now)
         rivals = [h for h in rivals if h.memory_id != memory_id]
         if not rivals:
             return memory_id, events
@@ -463,7 +463,7 @@ class Ledger:
         state.bump(conn, head.memory_id, event.revision, "active")
         events: list[Event] = [event]
         if head.key is not None and head.kind != "summary":
-            rivals = state.live_in_slot(conn, head.subject_id, head.purpose, head.scope, head.key)
+            rivals = state.live_in_slot(conn, head.subject_id, head.purpose, head.scope, head.key, now)
             rivals = [h for h in rivals if h.memory_id != head.memory_id]
             events += self._supersede_all(conn, rivals, head.memory_id, now, corr, event.event_id)
         return events

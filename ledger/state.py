@@ -165,29 +165,37 @@ def heads_where(
 
 _LIVE_IN_SLOT = (
     "status = ANY(%s) AND kind <> 'summary' AND purpose = %s AND scope_type = %s AND scope_id = %s"
-    " AND key IS NOT DISTINCT FROM %s"
+    " AND key IS NOT DISTINCT FROM %s AND (expires_at IS NULL OR expires_at > %s)"
 )
 
 
 def live_in_slot(
-    conn: psycopg.Connection, subject_id: str, purpose: str, scope: Scope, key: str | None
+    conn: psycopg.Connection, subject_id: str, purpose: str, scope: Scope, key: str | None, now: datetime
 ) -> list[MemoryHead]:
-    """Lock and return the live (active or awaiting confirmation) non-summary memories
-    of one slot: the same subject, purpose, scope and ``key`` (DESIGN.md: the unit of
-    supersession)."""
-    return heads_where(conn, subject_id, _LIVE_IN_SLOT, (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key))
+    """Lock and return the live non-summary memories of one slot: the same subject,
+    purpose, scope and ``key`` (DESIGN.md: the unit of supersession), active or awaiting
+    confirmation and not expired at ``now`` (UTC; swept or not)."""
+    return heads_where(
+        conn, subject_id, _LIVE_IN_SLOT, (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, now)
+    )
 
 
 def find_statement(
-    conn: psycopg.Connection, subject_id: str, purpose: str, scope: Scope, key: str | None, statement_hmac: str
+    conn: psycopg.Connection,
+    subject_id: str,
+    purpose: str,
+    scope: Scope,
+    key: str | None,
+    statement_hmac: str,
+    now: datetime,
 ) -> MemoryHead | None:
-    """The live memory of this slot that makes the same statement (same normalised
-    text, by its keyed fingerprint), locked; ``None`` if there is none."""
+    """The live memory of this slot (as ``live_in_slot``) that makes the same statement
+    (same normalised text, by its keyed fingerprint), locked; ``None`` if there is none."""
     heads = heads_where(
         conn,
         subject_id,
         _LIVE_IN_SLOT + " AND statement_hmac = %s",
-        (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, statement_hmac),
+        (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, now, statement_hmac),
     )
     return heads[0] if heads else None
 

@@ -89,20 +89,37 @@ def item_from_row(row: dict[str, Any], score: float, matched: list[str], conflic
     )
 
 
+_SCOPE_SPECIFICITY = {"document": 0, "workspace": 1, "subject": 2}
+
+
 def one_per_key(items: Sequence[RecallItem]) -> list[RecallItem]:
-    """``items`` (best first) without the lower-ranked ``active`` memories whose non-null
-    key an earlier ``active`` memory already answers. The ledger never leaves two active
-    memories for one key, but a projection in the middle of a batch can show both for a
-    moment. Summaries are left alone: :func:`group_summaries` handles them with their
-    sources."""
-    seen: set[str] = set()
-    out = []
+    """``items`` (best first) with one ``active`` memory per non-null key.
+
+    Memories of different scopes may share a key (a subject-wide preference and a
+    document's own one are different slots); for a task the most specific scope answers
+    (document, then workspace, then subject), and among equals the better ranked one.
+    The answer takes the place of the best-ranked memory of its key. Within one slot the
+    ledger never leaves two active memories, but a projection in the middle of a batch
+    can show both for a moment. Summaries are left alone: :func:`group_summaries`
+    handles them with their sources."""
+
+    def keyed(item: RecallItem) -> bool:
+        return item.status == "active" and item.key is not None and item.kind != "summary"
+
+    answer: dict[str, RecallItem] = {}
     for item in items:
-        if item.status == "active" and item.key is not None and item.kind != "summary":
-            if item.key in seen:
-                continue
-            seen.add(item.key)
-        out.append(item)
+        if keyed(item):
+            held = answer.get(item.key)  # type: ignore[arg-type]
+            if held is None or _SCOPE_SPECIFICITY[item.scope["type"]] < _SCOPE_SPECIFICITY[held.scope["type"]]:
+                answer[item.key] = item  # type: ignore[index]
+    out: list[RecallItem] = []
+    placed: set[str] = set()
+    for item in items:
+        if not keyed(item):
+            out.append(item)
+        elif item.key not in placed:
+            placed.add(item.key)  # type: ignore[arg-type]
+            out.append(answer[item.key])  # type: ignore[index]
     return out
 
 

@@ -362,3 +362,18 @@ def test_revoking_a_source_revokes_derived_memories_and_regenerates(ledger: Ledg
     assert r.events[1].memory.provenance.derived_from == (b.memory_id,)  # type: ignore[union-attr]
     assert isinstance(r.events[0], ConsentRevoked)
     assert not any(isinstance(e, MemoryConfirmed) for e in r.events)
+
+
+def test_an_expired_memory_no_longer_holds_its_slot(ledger: Ledger, clock: Clock) -> None:
+    old = ledger.write(
+        ALICE, memory_write(content="Alice indents with tabs", key="indent", retention={"expires_at": later(1)})
+    )
+    clock.now += timedelta(days=2)  # expired, not swept yet
+    again = ledger.write(ALICE, memory_write(content="Alice indents with tabs", key="indent"))
+    assert again.memory_id != old.memory_id and types(again) == ["MemoryWritten"]
+    prov = {"writer": "importer", "written_at": utc_now(), "source_ref": "doc-b"}
+    rival = ledger.write(
+        ALICE, memory_write(content="Alice indents with spaces", key="indent", veracity="imported", provenance=prov)
+    )
+    assert "MemorySuperseded" not in types(rival) or rival.events[1].memory_id != old.memory_id  # type: ignore[union-attr]
+    assert head(ledger, old.memory_id)[0] == "active"  # left for sweep to expire

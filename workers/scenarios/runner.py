@@ -484,13 +484,15 @@ class _Run:
         return rep
 
     def _two_current_answers(self) -> None:
-        """Slots of the subject with two or more ``active`` memories in the facts table."""
+        """Slots of the subject with two or more ``active`` memories, not expired at the
+        scenario's now, in the facts table."""
         with self.svc.pool.connection() as conn:
             rows = conn.execute(
                 f"SELECT purpose, scope_type || ':' || scope_id, key, array_agg(memory_id ORDER BY memory_id)"
                 f" FROM {self.r._facts.facts} WHERE subject_id = %s AND status = 'active' AND key IS NOT NULL"
-                " AND kind <> 'summary' GROUP BY 1, 2, 3 HAVING count(*) > 1",
-                (self.subject,),
+                " AND kind <> 'summary' AND (expires_at IS NULL OR expires_at > %s) GROUP BY 1, 2, 3"
+                " HAVING count(*) > 1",
+                (self.subject, self.now()),
             ).fetchall()
         for purpose, scope, key, members in rows:
             slot = f"{purpose}/{scope}/{key}"
