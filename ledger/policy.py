@@ -33,10 +33,10 @@ class ClassPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_lifetime_days: int | None = Field(default=None, ge=1)
+    max_lifetime_days: int | None = Field(default=None, ge=1, le=36_500)
     requires: Literal["consent_ref", "consent_ref_or_contract"] | None = None
     cacheable: bool = True
-    consent_grace_days: int = Field(default=0, ge=0)
+    consent_grace_days: int = Field(default=0, ge=0, le=36_500)
 
     @property
     def max_lifetime(self) -> timedelta | None:
@@ -79,12 +79,13 @@ class RetentionPolicy(BaseModel):
         """
         rule = self.of(cmd.sensitivity)
         cls = cmd.sensitivity
+        a = "an" if cls[0] in "aeiou" else "a"
         expires_at = cmd.retention.expires_at
         if expires_at is not None and expires_at <= now:
             raise InvalidCommandError("retention.expires_at", "must be in the future (UTC)")
         if rule.requires == "consent_ref" and cmd.provenance.consent_ref is None:
             raise InvalidCommandError(
-                "provenance.consent_ref", f"a {cls} memory requires a consent reference (retention policy: {cls})"
+                "provenance.consent_ref", f"{a} {cls} memory requires a consent reference (retention policy: {cls})"
             )
         if (
             rule.requires == "consent_ref_or_contract"
@@ -93,7 +94,8 @@ class RetentionPolicy(BaseModel):
         ):
             raise InvalidCommandError(
                 "provenance.consent_ref",
-                f"a {cls} memory requires a consent reference or retention.basis 'contract' (retention policy: {cls})",
+                f"{a} {cls} memory requires a consent reference or retention.basis 'contract'"
+                f" (retention policy: {cls})",
             )
         limit = rule.max_lifetime
         if limit is None:
@@ -105,7 +107,7 @@ class RetentionPolicy(BaseModel):
         if expires_at > latest:
             raise InvalidCommandError(
                 "retention.expires_at",
-                f"a {cls} memory may be kept at most {rule.max_lifetime_days} days, until {latest.isoformat()}"
+                f"{a} {cls} memory may be kept at most {rule.max_lifetime_days} days, until {latest.isoformat()}"
                 f" (retention policy: {cls}.max_lifetime_days)",
             )
         return cmd
@@ -126,6 +128,8 @@ def load_policy(path: Path | None = None) -> RetentionPolicy:
         return RetentionPolicy.model_validate(tomllib.loads(text))
     except OSError as exc:
         raise PolicyError(f"retention policy {path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise PolicyError(f"retention policy {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"retention policy {path}: not valid TOML ({exc})") from None
     except ValidationError as exc:

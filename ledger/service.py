@@ -216,11 +216,11 @@ class Ledger:
                 conn,
                 cmd.subject_id,
                 "status = ANY(%s) AND (consent_ref = %s OR purpose = %s)",
-                (list(state.ACTIVE_STATUSES), cmd.consent_ref, cmd.purpose),
+                (list(state.HOLDING_STATUSES), cmd.consent_ref, cmd.purpose),
             )
             ids = [h.memory_id for h in covered]
             ids += [m for m in state.derived_closure(conn, ids) if m not in ids]
-            heads = [h for h in state.lock_heads(conn, ids).values() if h.status in state.ACTIVE_STATUSES]
+            heads = [h for h in state.lock_heads(conn, ids).values() if h.status in state.HOLDING_STATUSES]
             affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in heads)
             for ref in affected:
                 state.bump(conn, ref.memory_id, ref.revision, "revoked")
@@ -263,7 +263,7 @@ class Ledger:
                 for r in conn.execute(
                     "SELECT DISTINCT subject_id FROM ledger_memories WHERE (status = ANY(%s) AND expires_at <= %s)"
                     " OR (status = 'revoked' AND keys_destroyed_at IS NULL) ORDER BY subject_id",
-                    (list(state.ACTIVE_STATUSES), now),
+                    (list(state.HOLDING_STATUSES), now),
                 )
             ]
         for subject_id in subjects:
@@ -293,8 +293,8 @@ class Ledger:
         replacement = cmd.replacement.strip() or "[redacted]"
         with self._pool.connection() as conn, conn.transaction():
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
-            if head.status == "erased":
-                raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} was erased")
+            if head.status not in state.HOLDING_STATUSES:
+                raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} is {head.status}: it holds no text")
             revision = head.revision + 1
             key_id = f"{cmd.memory_id}/{revision}"  # a new key: the old text's key is destroyed below
             sealed = self._keyring.seal(conn, subject_id, key_id, replacement)
@@ -410,10 +410,18 @@ class Ledger:
     ) -> tuple[str, list[Event]]:
         """Apply the slot rules to one (policy-checked) write; returns the memory id the
         write ended in and its events, in log order."""
-        self._check_sources(conn, cmd)
+        cmd = self._check_sources(conn, cmd, now)
         if cmd.kind != "summary" and not explicit:
             same = state.find_statement(
-                conn, cmd.subject_id, cmd.purpose, cmd.scope, cmd.key, self._statement_hmac(cmd.content), now
+                conn,
+                cmd.subject_id,
+                cmd.purpose,
+                cmd.scope,
+                cmd.key,
+                self._statement_hmac(cmd.content),
+                now,
+                cmd.sensitivity,
+                cmd.provenance.consent_ref,
             )
             if same is not None:
                 return same.memory_id, self._reinforce(conn, same, cmd, now, corr)
@@ -429,11 +437,12 @@ class Ledger:
         same_source = cmd.provenance.source_ref is not None and all(
             h.source_ref == cmd.provenance.source_ref for h in rivals
         )
-        if explicit or cmd.veracity == "stated" or same_source:
+        stated = cmd.veracity == "stated" and cmd.kind != "inference"  # an inference is never the subject's word
+        if explicit or stated or same_source:
             events += self._supersede_all(conn, rivals, memory_id, now, corr, written.event_id)
         else:
             new_head = state.lock_heads(conn, [memory_id])[memory_id]
-            events.append(self._conflict(conn, [*rivals, new_head], cmd, now, corr, written.event_id))
+            events += self._conflict(conn, [*rivals, new_head], cmd, now, corr, written.event_id)
         return memory_id, events
 
     def _reinforce(
@@ -451,7 +460,7 @@ class Ledger:
         state.bump(conn, head.memory_id, event.revision)
         state.set_fields(conn, head.memory_id, confidence=confidence)
         events: list[Event] = [event]
-        if head.status == "needs_confirmation" and cmd.veracity == "stated":
+        if head.status == "needs_confirmation" and cmd.veracity == "stated" and cmd.kind != "inference":
             # the subject said it: that confirms an inference or a claim in conflict
             events += self._confirm(conn, replace(head, revision=event.revision), now, corr)
         return events
@@ -502,12 +511,15 @@ class Ledger:
         now: datetime,
         corr: str,
         causation_id: str,
-    ) -> ConflictDetected:
+    ) -> list[Event]:
+        """``ConflictDetected`` for ``members``, then summaries that restated one of them
+        regenerated from their other sources (a disputed claim is no evidence)."""
         assert cmd.key is not None
         affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in members)
         for ref in affected:
             state.bump(conn, ref.memory_id, ref.revision, "needs_confirmation")
-        return ConflictDetected(
+        ids = [h.memory_id for h in members]
+        conflict = ConflictDetected(
             **self._envelope(cmd.subject_id, now, corr, causation_id=causation_id),
             conflict_id="cf-" + new_id(),
             key=cmd.key,
@@ -515,12 +527,15 @@ class Ledger:
             scope=cmd.scope,
             affected=affected,
         )
+        summaries = self._live_summaries_of(conn, cmd.subject_id, ids)
+        regenerated = self._regenerate(conn, summaries, set(ids), now, corr, conflict.event_id, supersede=True)
+        return [conflict, *regenerated]
 
     # -- retention ------------------------------------------------------------------------
 
     def _expire(self, conn: psycopg.Connection, subject_id: str, now: datetime) -> list[Event]:
         due = state.heads_where(
-            conn, subject_id, "status = ANY(%s) AND expires_at <= %s", (list(state.ACTIVE_STATUSES), now)
+            conn, subject_id, "status = ANY(%s) AND expires_at <= %s", (list(state.HOLDING_STATUSES), now)
         )
         ids = [h.memory_id for h in due]
         summaries = self._live_summaries_of(conn, subject_id, ids)
@@ -653,13 +668,23 @@ class Ledger:
             "causation_id": causation_id,
         }
 
-    def _check_sources(self, conn: psycopg.Connection, cmd: MemoryWrite) -> None:
+    def _check_sources(self, conn: psycopg.Connection, cmd: MemoryWrite, now: datetime) -> MemoryWrite:
+        """Refuse sources that are unknown, of another subject, or no longer usable (a
+        summary needs ``active`` sources; an inference may also draw on ones awaiting
+        confirmation)."""
         known = state.lock_heads(conn, cmd.provenance.derived_from) if cmd.provenance.derived_from else {}
+        usable = ("active",) if cmd.kind == "summary" else state.ACTIVE_STATUSES
         for mid in cmd.provenance.derived_from:
             if mid not in known or known[mid].subject_id != cmd.subject_id:
                 raise UnknownMemoryError(mid, "provenance.derived_from")
-            if known[mid].status == "erased":
-                raise InvalidCommandError("provenance.derived_from", f"memory {mid!r} was erased")
+            head = known[mid]
+            if head.status not in usable:
+                raise InvalidCommandError(
+                    "provenance.derived_from", f"memory {mid!r} is {head.status}: a {cmd.kind} needs usable sources"
+                )
+            if head.expires_at is not None and head.expires_at <= now:
+                raise InvalidCommandError("provenance.derived_from", f"memory {mid!r} expired at {head.expires_at}")
+        return cmd
 
     def _written(
         self,
@@ -732,6 +757,8 @@ class Ledger:
             raise InvalidCommandError("subject_id", f"memory {memory_id!r} belongs to another subject")
         if not allow_inactive and head.status not in state.ACTIVE_STATUSES:
             raise InvalidCommandError(field_name, f"memory {memory_id!r} is {head.status}")
+        if not allow_inactive and head.expires_at is not None and head.expires_at <= self._clock():
+            raise InvalidCommandError(field_name, f"memory {memory_id!r} expired at {head.expires_at.isoformat()}")
         return head
 
     def _append(self, events: Sequence[Event]) -> list[LogPosition]:

@@ -80,6 +80,9 @@ CREATE TABLE IF NOT EXISTS ledger_schema_lifecycle (applied_at timestamptz NOT N
 """
 
 ACTIVE_STATUSES = ("active", "needs_confirmation")
+"""Statuses of a memory that may be used (recall, slots, sources)."""
+HOLDING_STATUSES = (*ACTIVE_STATUSES, "superseded")
+"""Statuses of a memory whose content is still kept (revocation and expiry reach them)."""
 
 
 @dataclass(frozen=True)
@@ -188,14 +191,17 @@ def find_statement(
     key: str | None,
     statement_hmac: str,
     now: datetime,
+    sensitivity: str,
+    consent_ref: str | None,
 ) -> MemoryHead | None:
     """The live memory of this slot (as ``live_in_slot``) that makes the same statement
-    (same normalised text, by its keyed fingerprint), locked; ``None`` if there is none."""
+    (same normalised text, by its keyed fingerprint) under the same sensitivity class and
+    consent, locked; ``None`` if there is none."""
     heads = heads_where(
         conn,
         subject_id,
-        _LIVE_IN_SLOT + " AND statement_hmac = %s",
-        (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, now, statement_hmac),
+        _LIVE_IN_SLOT + " AND statement_hmac = %s AND sensitivity = %s AND consent_ref IS NOT DISTINCT FROM %s",
+        (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, now, statement_hmac, sensitivity, consent_ref),
     )
     return heads[0] if heads else None
 

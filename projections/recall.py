@@ -74,7 +74,10 @@ _SUMMARY_FILTER_SQL = """
   f.subject_id = %(subject)s AND f.purpose = %(purpose)s AND (f.scope_type || ':' || f.scope_id) = ANY(%(scopes)s)
   AND (f.expires_at IS NULL OR f.expires_at > %(now)s)
   AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.memory_id = f.memory_id)
+  AND NOT EXISTS (SELECT 1 FROM {facts} src WHERE src.memory_id = ANY(f.derived_from) AND src.expires_at <= %(now)s)
 """
+"""A summary restating a source that has expired at ``now`` is not recalled, swept or not
+(``{facts}``: the facts table of the sources)."""
 
 _SUMMARY_COLUMNS = """
   f.memory_id, f.subject_id, 'summary' AS kind, f.content, 'active' AS status, f.confirmed, f.confidence, f.key,
@@ -108,6 +111,7 @@ class Recall:
         self._embedder = embedder
         self._cache = cache
         self._facts = facts
+        self._summary_filter = _SUMMARY_FILTER_SQL.format(facts=facts.facts)
         self._summaries = summaries_table
         self._candidates = candidates
         self._rrf_k = rrf_k
@@ -179,7 +183,7 @@ class Recall:
         rankings = [self._fts(self._facts.facts, _FILTER_SQL, query, params)]
         rankings.append(self._vector_ranking(query, params, degraded))
         if include_summaries:
-            rankings.append(self._fts(self._summaries, _SUMMARY_FILTER_SQL, query, params))
+            rankings.append(self._fts(self._summaries, self._summary_filter, query, params))
         fused = rrf(rankings, self._rrf_k)
         top = sorted(fused, key=lambda m: (-fused[m], m))
         items = self._items(top, {m: (fused[m], _matched(m, rankings)) for m in top}, params)
@@ -222,7 +226,7 @@ class Recall:
             rows: dict[str, dict[str, Any]] = {}
             for table, columns, where in (
                 (self._facts.facts, "f.*", _FILTER_SQL),
-                (self._summaries, _SUMMARY_COLUMNS, _SUMMARY_FILTER_SQL),
+                (self._summaries, _SUMMARY_COLUMNS, self._summary_filter),
             ):
                 cur.execute(
                     f"SELECT {columns} FROM {table} f WHERE f.memory_id = ANY(%(ids)s) AND {where}",

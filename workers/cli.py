@@ -116,7 +116,7 @@ def _memory_write(
     derived_from: list[str] | None = None,
     confirmed: bool = False,
     confidence: float | None = None,
-    veracity: str = "stated",
+    veracity: str | None = None,
     writer: str | None = None,
 ) -> MemoryWrite:
     return MemoryWrite.model_validate(
@@ -139,7 +139,7 @@ def _memory_write(
             },
             "confirmed": confirmed,
             "confidence": confidence,
-            "veracity": veracity,
+            "veracity": veracity or ("inferred" if kind == "inference" else "stated"),
         }
     )
 
@@ -166,7 +166,10 @@ def write(
     derived_from: Annotated[list[str] | None, typer.Option(help="memory id (repeat)")] = None,
     confirmed: bool = False,
     confidence: float | None = None,
-    veracity: Annotated[str, typer.Option(help="stated | inferred | imported | tool")] = "stated",
+    veracity: Annotated[
+        str | None,
+        typer.Option(help="stated | inferred | imported | tool (default: inferred for an inference, else stated)"),
+    ] = None,
     writer: Annotated[str | None, typer.Option(help="agent or component identity (default: principal)")] = None,
     as_json: JsonOpt = False,
 ) -> None:

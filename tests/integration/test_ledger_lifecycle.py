@@ -377,3 +377,40 @@ def test_an_expired_memory_no_longer_holds_its_slot(ledger: Ledger, clock: Clock
     )
     assert "MemorySuperseded" not in types(rival) or rival.events[1].memory_id != old.memory_id  # type: ignore[union-attr]
     assert head(ledger, old.memory_id)[0] == "active"  # left for sweep to expire
+
+
+def test_sources_must_be_usable_and_an_inference_never_overrides_a_statement(ledger: Ledger) -> None:
+    prov = {"writer": "w", "written_at": utc_now(), "consent_ref": "c-9"}
+    revoked = ledger.write(ALICE, memory_write(content="Alice's passport is X123", provenance=prov)).memory_id
+    ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", consent_ref="c-9"))
+    derived = {"writer": "w", "written_at": utc_now(), "derived_from": [revoked]}
+    with pytest.raises(InvalidCommandError, match="is revoked"):
+        ledger.write(ALICE, memory_write(kind="summary", content="passport X123", provenance=derived))
+    with pytest.raises(InvalidCommandError, match="holds no text"):
+        ledger.redact(ALICE, "alice", RedactMemory(memory_id=str(revoked), replacement="passport [redacted]"))
+    stated = ledger.write(ALICE, memory_write(content="Alice uses vim", key="editor"))
+    guess = ledger.write(
+        ALICE,
+        memory_write(
+            kind="inference",
+            content="Alice probably uses VS Code",
+            key="editor",
+            provenance={"writer": "w", "written_at": utc_now(), "derived_from": [stated.memory_id]},
+        ),
+    )  # veracity left at "stated" by mistake: still not the subject's word
+    assert types(guess) == ["MemoryWritten", "ConflictDetected"]
+
+
+def test_revocation_and_expiry_reach_superseded_memories(ledger: Ledger, clock: Clock) -> None:
+    prov = {"writer": "w", "written_at": utc_now(), "consent_ref": "c-3"}
+    old = ledger.write(ALICE, memory_write(content="Alice is in Rome", key="city", provenance=prov))
+    ledger.write(ALICE, memory_write(content="Alice is in Oslo", key="city", provenance=prov))
+    assert head(ledger, old.memory_id)[0] == "superseded"
+    r = ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", consent_ref="c-3"))
+    assert old.memory_id in r.affected and head(ledger, old.memory_id)[0::3] == ("revoked", True)
+    short = ledger.write(
+        ALICE, memory_write(content="Alice likes tea", key="drink", retention={"expires_at": later(1)})
+    )
+    ledger.write(ALICE, memory_write(content="Alice likes coffee", key="drink"))
+    (swept,) = ledger.sweep(ALICE, clock.now + timedelta(days=2))
+    assert short.memory_id in swept.affected and head(ledger, short.memory_id)[0::3] == ("expired", True)

@@ -264,7 +264,7 @@ def test_deriving_from_an_erased_memory_is_refused(svc: Services) -> None:
         content="Alice: dark mode, phone 555-0100",
         provenance={"writer": "s", "written_at": utc_now(), "derived_from": [keep, gone]},
     )
-    with pytest.raises(InvalidCommandError, match="was erased") as info:
+    with pytest.raises(InvalidCommandError, match="is erased") as info:
         svc.ledger.write(p, summary)
     assert info.value.field == "provenance.derived_from"
     assert gone in str(info.value)
