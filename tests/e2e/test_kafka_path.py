@@ -58,9 +58,12 @@ def test_write_reaches_all_four_stores_and_recall(kafka_cli: Cli) -> None:
     assert count(dsn, "SELECT count(*) FROM facts_v1") == 2
     assert count(dsn, "SELECT count(*) FROM summaries_v1") == 1
     result = kafka_cli.json("recall", "alice", "Go code samples", "--purpose", PURPOSE)
-    assert result["items"][0]["memory_id"] == a
-    assert "vector" in result["items"][0]["matched_by"], result  # answered by the vectors worker
-    assert result["items"][0]["provenance"]["writer"] == "cli"
+    top = result["items"][0]
+    # the summary and its recalled sources are one piece of evidence: the sources are grouped under it
+    assert top["kind"] == "summary" and top["derived_from"] == [a, b], result
+    (first,) = [g for g in top["grouped"] if g["memory_id"] == a]
+    assert "vector" in first["matched_by"], result  # answered by the vectors worker
+    assert first["provenance"]["writer"] == "cli"
     again = kafka_cli.json("recall", "alice", "Go code samples", "--purpose", PURPOSE)
     assert again["cached"] is True  # the cache store holds the result
     write(kafka_cli, "alice", "Alice moved to Nomad")
