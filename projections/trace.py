@@ -204,10 +204,13 @@ def _source_ref(conn: psycopg.Connection, request_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _describe(found: int | None, what: str = "copies") -> str:
+def _describe(found: int | None, what: str = "") -> str:
+    """``absent``, ``unreachable`` or ``N copies found`` (``N copies of <what> found``)."""
     if found is None:
         return "unreachable"
-    return "absent" if found == 0 else f"{found} {what} found"
+    if found == 0:
+        return "absent"
+    return f"{found} cop{'y' if found == 1 else 'ies'}{' of ' + what if what else ''} found"
 
 
 def _store_trace(store: str, receipt: Any, found: int | None, requested_at: datetime) -> StoreTrace:

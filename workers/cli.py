@@ -276,10 +276,11 @@ def sweep(
     )
 
 
-from workers import cli_data, cli_ops  # noqa: E402  (registers the other commands)
+from workers import cli_data, cli_erasure, cli_ops  # noqa: E402  (registers the other commands)
 
 cli_ops.register(app)
 cli_data.register(app)
+cli_erasure.register(app)
 
 _USER_ERRORS = (
     LedgerError,

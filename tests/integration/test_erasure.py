@@ -4,7 +4,13 @@ store."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 from collections.abc import Iterator
+from datetime import timedelta
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +18,10 @@ import pytest
 
 from contracts import EraseMemories, utc_now
 from ledger.errors import InvalidCommandError
+from projections.erasure_report import erasure_report
+from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
 from projections.trace import trace
+from projections.trace_html import render_html
 from tests.builders import PURPOSE, memory_write
 from workers.bootstrap import Services, build
 from workers.settings import Settings
@@ -106,3 +115,245 @@ def test_erasure_by_source_that_names_nothing_is_refused_naming_the_field(svc: S
     assert again.value.field == "source_ref"
     with svc.pool.connection() as conn:
         assert conn.execute("SELECT count(*) FROM erasure_requests").fetchone() == (1,)
+
+
+# -- the HTML report, opened in a real headless browser ----------------------------------
+
+
+def tool(*names: str) -> str:
+    """The first of ``names`` on PATH (installed by deploy/install.sh); a missing tool
+    skips the test, except under CI, where that is a failure."""
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    message = f"none of {', '.join(names)} on PATH: run deploy/install.sh"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def chromium() -> str:
+    """The system Chromium (Debian ``chromium``)."""
+    return tool("chromium", "chromium-browser", "google-chrome")
+
+
+def dump_dom(browser: str, page: Path, tmp_path: Path) -> str:
+    """The DOM Chromium builds from ``page`` (after parsing and layout), as HTML."""
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",  # root in CI containers
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+class _Cells(HTMLParser):
+    """Collects the text of each ``<tr>`` (with its attributes) and of ``#verdict``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[dict[str, str | None], list[str]]] = []
+        self.verdict: str | None = None
+        self.tags: list[str] = []
+        self._in_verdict = False
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        a = dict(attrs)
+        if tag == "tr":
+            self.rows.append((a, []))
+        elif tag in ("td", "th") and self.rows:
+            self._cell = []
+        elif a.get("id") == "verdict":
+            self._in_verdict = True
+            self.verdict = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self.rows:
+            self.rows[-1][1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "span":
+            self._in_verdict = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._in_verdict and self.verdict is not None:
+            self.verdict += data
+
+
+def test_html_trace_renders_the_request_every_store_and_the_verdict_in_a_browser(svc: Services, tmp_path: Path) -> None:
+    browser = chromium()
+    p = svc.principal()
+    gone = write(svc, "Alice's passport is X1234567", turn_id="turn-5")
+    kept = write(svc, "Alice's passport is X1234567", turn_id="turn-6")  # identical text, not erased
+    svc.catch_up()
+    hostile = "<script>document.title='owned'</script> & \"quotes\""
+    r = svc.ledger.erase(
+        p, EraseMemories(subject_id="alice", source_ref="turn-5", reason=hostile, legal_basis="gdpr-art-17(1)(b)")
+    )
+    svc.catch_up()
+    assert r.request_id
+    report = trace(svc.pool, r.request_id, svc.trace_targets())
+    assert report.verdict == "complete"
+    facts = next(s for s in report.stores if s.store == "facts")
+    assert (facts.probe_found, facts.fingerprint_found) == (0, 1)  # the other memory's identical text
+    html = render_html(report)
+    assert not re.search(r"https?://|<script|<link|src=|url\(", html), "the report must not load anything"
+    page = tmp_path / "trace.html"
+    page.write_text(html, encoding="utf-8")
+
+    dom = dump_dom(browser, page, tmp_path)
+    cells = _Cells()
+    cells.feed(dom)
+    assert cells.verdict == "complete"
+    assert "script" not in cells.tags  # the hostile reason stayed text
+    request = {row[0]: row[1] for _, row in cells.rows if len(row) == 2}
+    assert request["Request id"] == r.request_id
+    assert request["Kind"] == "source" and request["Source"] == "turn-5"
+    assert request["Memories"] == f"1: {gone}" and kept not in request["Memories"]
+    assert request["Reason"] == hostile
+    assert request["Legal basis"] == "gdpr-art-17(1)(b)"
+    assert request["Requested by"] == p.id
+    assert request["Log position"] == f"partition {r.positions[0].partition}, offset {r.positions[0].offset}"
+    stores = {a["data-store"]: (a["data-status"], row) for a, row in cells.rows if a.get("data-store")}
+    assert set(stores) == {"facts", "history", "vectors", "cache", "summaries", "log"}
+    for name, (status, row) in stores.items():
+        assert status == "applied" and row[1] == "applied", (name, row)
+        assert row[2] != "-" and row[4] != "-" and row[6] != "-", (name, row)  # applied at, offset, latency
+        assert row[7] == "absent", (name, row)  # probe by memory id
+    assert stores["facts"][1][8] == "1 copy of identical text found"
+    assert stores["log"][1][8] == "-"
+
+
+# -- the erasure report -------------------------------------------------------------------
+
+
+def test_erasure_report_lists_the_period_with_trace_verdicts(svc: Services) -> None:
+    p = svc.principal()
+    a = write(svc, "Alice's pin is 1234")
+    write(svc, "Bob's pin is 9876", subject="bob", turn_id="turn-b")
+    write(svc, "Carol's pin is 5555", subject="carol")
+    svc.catch_up()
+    before = utc_now()
+    first = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(a,), reason="asked"))
+    second = svc.ledger.erase(p, EraseMemories(subject_id="bob", source_ref="turn-b", reason="asked"))
+    svc.catch_up()  # both applied everywhere
+    third = svc.ledger.erase(p, EraseMemories(subject_id="carol", whole_subject=True, reason="asked"))
+    # not applied by any projection yet: pending
+
+    report = erasure_report(svc.pool, svc.trace_targets(), before)
+    rows = {r.request_id: r for r in report.requests}
+    assert list(rows) == [first.request_id, second.request_id, third.request_id]  # oldest first
+    assert [(r.subject_id, r.request_kind, r.memories, r.verdict) for r in rows.values()] == [
+        ("alice", "memories", 1, "complete"),
+        ("bob", "source", 1, "complete"),
+        ("carol", "subject", 1, "pending"),
+    ]
+    for r in rows.values():  # the same verdict as trace gives
+        assert r.verdict == trace(svc.pool, r.request_id, svc.trace_targets()).verdict
+        assert r.requested_by == p.id
+    assert set(rows[third.request_id or ""].pending_stores) == {"facts", "history", "vectors", "cache", "summaries"}
+    assert report.totals == {"complete": 2, "pending": 1, "failed": 0}
+
+    assert erasure_report(svc.pool, svc.trace_targets(), before, until=before + timedelta(days=1)).requests
+    assert erasure_report(svc.pool, svc.trace_targets(), before + timedelta(days=1)).requests == ()
+    only_alice = erasure_report(svc.pool, svc.trace_targets(), before, include=lambda s: s == "alice")
+    assert [r.subject_id for r in only_alice.requests] == ["alice"] and only_alice.withheld == 2
+    with pytest.raises(ValueError, match=r"^since: must be timezone-aware"):
+        erasure_report(svc.pool, svc.trace_targets(), before.replace(tzinfo=None))
+    with pytest.raises(ValueError, match=r"^until: must be after since"):
+        erasure_report(svc.pool, svc.trace_targets(), before, until=before)
+
+
+# -- re-applying tombstones to stores restored from a backup --------------------------------
+
+
+def test_reapply_tombstones_purges_a_store_restored_from_an_old_backup(svc: Services, tmp_path: Path) -> None:
+    pg_dump, psql = tool("pg_dump"), tool("psql")
+    assert svc.index is not None and svc.cache is not None
+    p = svc.principal()
+    gone = write(svc, "Alice's phone is 555-0147")
+    keep = write(svc, "Alice prefers dark mode")
+    svc.ledger.write(
+        p,
+        memory_write(
+            kind="summary",
+            content="Alice: dark mode, phone 555-0147",
+            provenance=provenance(derived_from=[gone, keep]),
+        ),
+    )
+    svc.catch_up()
+    assert gone in recall_ids(svc, "phone 555-0147")  # now cached too
+    cached = svc.cache.entries("alice")
+    assert cached
+
+    # the backup, taken before the erasure
+    dsn = svc.settings.postgres_dsn
+    assert dsn
+    dump = tmp_path / "stores.sql"
+    tables = ("facts_v1", "facts_history_v1", "summaries_v1")
+    subprocess.run(
+        [pg_dump, "--data-only", *(f"--table={t}" for t in tables), f"--file={dump}", dsn], check=True, timeout=120
+    )
+    points = list(svc.index.retrieve([gone]).values())
+    redis_keys = [*cached, f"{svc.cache.prefix}subject:alice:keys"]
+    redis_backup = {k: svc.cache._r.dump(k) for k in redis_keys}
+
+    r = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone,), reason="asked"))
+    svc.catch_up()
+    assert r.request_id and trace(svc.pool, r.request_id, svc.trace_targets()).verdict == "complete"
+
+    # restore every store from the backup, as an operator would after losing them
+    with svc.pool.connection() as conn:
+        conn.execute(f"TRUNCATE {', '.join(tables)}")
+    subprocess.run([psql, "-q", "-v", "ON_ERROR_STOP=1", f"--file={dump}", dsn], check=True, timeout=120)
+    svc.index.upsert(points)
+    for key, value in redis_backup.items():
+        svc.cache._r.restore(key, 0, value, replace=True)
+    assert one(svc, "SELECT count(*) FROM facts_v1 WHERE content LIKE '%%555-0147%%'") == 1
+    restored = trace(svc.pool, r.request_id, svc.trace_targets())
+    assert restored.verdict == "failed"
+    assert {s.store for s in restored.stores if s.status == "failed"} == {
+        "facts",
+        "history",
+        "vectors",
+        "cache",
+        "summaries",
+    }
+
+    run = reapply_tombstones(svc.pool, STORES, PurgeTargets(index=svc.index, cache=svc.cache), run_id="rt-test")
+    removed = {s.store: s.items_removed for s in run.stores}
+    assert removed == {"facts": 2, "vectors": 1, "cache": len(cached), "summaries": 1}  # facts: row + history
+    assert all(s.request_ids == [r.request_id] for s in run.stores)
+    assert trace(svc.pool, r.request_id, svc.trace_targets()).verdict == "complete"
+    assert one(svc, "SELECT count(*) FROM facts_v1 WHERE content LIKE '%%555-0147%%'") == 0
+    assert one(svc, "SELECT count(*) FROM summaries_v1") == 0
+    assert one(svc, "SELECT count(*) FROM facts_v1 WHERE memory_id = %s", keep) == 1
+    assert keep in recall_ids(svc, "dark mode") and gone not in recall_ids(svc, "phone 555-0147")
+    assert one(svc, "SELECT count(*), sum(items_removed) FROM tombstone_reapplications WHERE run_id = 'rt-test'") == (
+        4,
+        2 + 1 + len(cached) + 1,
+    )
+    again = reapply_tombstones(svc.pool, STORES, PurgeTargets(index=svc.index, cache=svc.cache), run_id="rt-again")
+    assert all(s.items_removed == 0 for s in again.stores)  # idempotent
+
+
+def test_reapply_tombstones_refuses_an_unknown_store_naming_the_field(svc: Services) -> None:
+    with pytest.raises(ValueError, match=r"^store: unknown ledger"):
+        reapply_tombstones(svc.pool, ["ledger"], PurgeTargets(), run_id="rt-x")
+    with pytest.raises(ValueError, match=r"^store: vectors needs the vector index"):
+        reapply_tombstones(svc.pool, ["vectors"], PurgeTargets(), run_id="rt-x")
