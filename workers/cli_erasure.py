@@ -40,7 +40,7 @@ def erasure_report_cmd(
     (and counted)."""
     start = parse_date_or_time(since, "since")
     end = None if until is None else parse_date_or_time(until, "until")
-    with services(own_vectors=False, projections=()) as svc:
+    with services(projections=()) as svc:  # probes vectors like trace: own index when embedded
         principal = svc.principal()
         report = erasure_report(
             svc.pool, svc.trace_targets(), start, end, include=lambda subject: principal.may("erase", subject)
@@ -58,7 +58,8 @@ def reapply_tombstones_cmd(
     stores = STORES if store == "all" else (store,)
     if any(s not in STORES for s in stores):
         raise typer.BadParameter(f"store: must be one of {', '.join(STORES)} or all")
-    with services(own_vectors="vectors" in stores, projections=()) as svc:
+    own_vectors = "vectors" in stores or None  # the index is purged here, not through its owner
+    with services(own_vectors=own_vectors, projections=()) as svc:
         svc.principal().require("erase", "*")  # purging spans every subject
         targets = PurgeTargets(index=svc.index, cache=svc.cache)
         result = reapply_tombstones(svc.pool, stores, targets, run_id="rt-" + new_id())
