@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
@@ -19,6 +20,8 @@ import pytest
 from contracts import EraseMemories, utc_now
 from ledger.errors import InvalidCommandError
 from projections.erasure_report import erasure_report
+from projections.errors import ProjectionStalledError
+from projections.runner import RetryPolicy
 from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
 from projections.trace import trace
 from projections.trace_html import render_html
@@ -357,3 +360,59 @@ def test_reapply_tombstones_refuses_an_unknown_store_naming_the_field(svc: Servi
         reapply_tombstones(svc.pool, ["ledger"], PurgeTargets(), run_id="rt-x")
     with pytest.raises(ValueError, match=r"^store: vectors needs the vector index"):
         reapply_tombstones(svc.pool, ["vectors"], PurgeTargets(), run_id="rt-x")
+
+
+# -- a store that is down during the erasure --------------------------------------------------
+
+
+def test_erasure_while_redis_is_down_is_pending_then_complete_once_it_returns(
+    tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any
+) -> None:
+    def settings(redis: str) -> Settings:
+        return Settings(
+            data_dir=tmp_path / "data",
+            postgres_dsn=fresh_dsn,
+            redis_url=redis,
+            vector_engine="client",
+            embedder="hashing",
+        )
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+
+    up = build(settings(redis_url))
+    try:
+        gone = write(up, "Alice's pager code is 8080")
+        up.catch_up()
+        assert gone in recall_ids(up, "pager code 8080")  # cached
+    finally:
+        up.close()
+
+    down = build(settings(closed))
+    try:
+        r = down.ledger.erase(down.principal(), EraseMemories(subject_id="alice", memory_ids=(gone,), reason="asked"))
+        assert r.request_id
+        for name in ("facts", "vectors", "summaries"):
+            down.runner(name).catch_up(down.log)
+        with pytest.raises(ProjectionStalledError):
+            down.runner("cache", RetryPolicy(initial_s=0.05, max_s=0.1, max_attempts=2)).catch_up(down.log)
+        report = trace(down.pool, r.request_id, down.trace_targets())
+        cache = next(s for s in report.stores if s.store == "cache")
+        assert (cache.status, cache.probe, cache.applied_at) == ("pending", "unreachable", None)
+        assert {s.status for s in report.stores if s.store != "cache"} == {"applied"}
+        assert report.verdict == "pending"
+    finally:
+        down.close()
+
+    back = build(settings(redis_url))
+    try:
+        before = trace(back.pool, r.request_id, back.trace_targets())
+        cache = next(s for s in before.stores if s.store == "cache")
+        assert (cache.status, cache.probe) == ("pending", "1 copy found")  # the stale entry, not yet dropped
+        back.catch_up()
+        after = trace(back.pool, r.request_id, back.trace_targets())
+        assert after.verdict == "complete", after
+        assert next(s for s in after.stores if s.store == "cache").probe == "absent"
+    finally:
+        back.close()
