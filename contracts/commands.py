@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from contracts.memory import Frozen, Provenance, Retention, Scope
@@ -49,20 +51,44 @@ class MemoryWrite(Frozen):
 
 
 class EraseMemories(Frozen):
-    """Erase memories: the listed ``memory_ids`` of ``subject_id``, or all of the
-    subject's memories when ``whole_subject`` is true. Erasure is irreversible."""
+    """Erase memories of ``subject_id``: exactly one of
+
+    - ``memory_ids``: the listed memories;
+    - ``whole_subject``: every memory of the subject;
+    - ``source_ref``: every memory of the subject whose provenance names this source,
+      i.e. whose ``provenance.turn_id``, ``provenance.tool_call_id`` or
+      ``provenance.source_ref`` equals it (a conversation turn, a tool call or a
+      document).
+
+    Memories derived from the erased ones are erased with them. Erasure is irreversible.
+
+    Raises:
+        pydantic.ValidationError: ``memory_ids`` when none or more than one target is
+            given.
+    """
 
     subject_id: NonEmptyStr
     memory_ids: tuple[NonEmptyStr, ...] = ()
     whole_subject: bool = False
+    source_ref: NonEmptyStr | None = None
     reason: NonEmptyStr
     legal_basis: NonEmptyStr = "gdpr-art-17"
 
     @model_validator(mode="after")
     def _target(self) -> EraseMemories:
-        if bool(self.memory_ids) == self.whole_subject:
-            raise ValueError("memory_ids: give memory ids, or the whole subject (--all), not both and not neither")
+        given = sum((bool(self.memory_ids), self.whole_subject, self.source_ref is not None))
+        if given != 1:
+            raise ValueError(
+                "memory_ids: give exactly one of memory ids, the whole subject (--all) or a source (--source)"
+            )
         return self
+
+    @property
+    def request_kind(self) -> Literal["memories", "subject", "source"]:
+        """``memories``, ``subject`` or ``source``: what ``ErasureRequested.request_kind`` records."""
+        if self.whole_subject:
+            return "subject"
+        return "source" if self.source_ref is not None else "memories"
 
 
 class RevokeConsent(Frozen):

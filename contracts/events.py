@@ -158,7 +158,9 @@ class RetentionExpired(Envelope):
 
 
 class ErasureRequested(Envelope):
-    """Erasure of the memories in ``affected`` (or of the whole subject) was ordered.
+    """Erasure of the memories in ``affected`` was ordered. ``request_kind`` says how
+    they were named: ``memories`` (by id), ``subject`` (all of the subject's) or
+    ``source`` (every memory whose provenance names one turn, tool call or document).
 
     Their data keys are destroyed before this event is appended, so the log holds no
     readable copy from then on; projections remove every derived copy and write a
@@ -167,7 +169,7 @@ class ErasureRequested(Envelope):
 
     type: Literal["ErasureRequested"] = "ErasureRequested"
     request_id: NonEmptyStr
-    request_kind: Literal["memories", "subject"]
+    request_kind: Literal["memories", "subject", "source"]
     requested_by: NonEmptyStr
     reason: NonEmptyStr
     legal_basis: NonEmptyStr

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/install.sh — install what the local test services need, idempotently
-# and quietly: Debian packages (PostgreSQL, Redis, and Java/Maven if absent)
-# only when missing, and the Kafka broker jars (Maven Central) when missing.
+# and quietly: Debian packages (PostgreSQL, Redis, Chromium for the HTML report test,
+# and Java/Maven if absent) only when missing, and the Kafka broker jars (Maven
+# Central) when missing.
 # Safe to run on every `services.sh up`; a no-op when all is in place.
 set -euo pipefail
 # shellcheck source=deploy/common.sh
@@ -14,6 +15,8 @@ for pkg in postgresql redis-server redis-tools; do
 done
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || missing+=(maven)
+# a headless browser for the test that opens the HTML erasure report (`memledger trace --html`)
+command -v chromium >/dev/null || missing+=(chromium)
 
 if ((${#missing[@]})); then
     sudo=()

@@ -45,7 +45,7 @@ from contracts import (
     encode_event,
     utc_now,
 )
-from ledger import state
+from ledger import erasure, state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 from ledger.eventlog import EventLog, LogPosition
@@ -328,29 +328,21 @@ class Ledger:
         erased only because a source was erased are regenerated from the sources that
         remain.
 
+        ``cmd`` names memory ids, the whole subject or a source (``ledger.erasure``).
+
         Raises:
             NotAuthorisedError: no ``erase`` grant for the subject.
             UnknownMemoryError: a listed memory id is not a memory of the subject.
+            InvalidCommandError: nothing left to erase (see ``erasure_targets``).
         """
         principal.require("erase", cmd.subject_id)
         now = self._clock()
         corr = correlation_id or new_id()
         request_id = "er-" + new_id()
+        with self._pool.connection() as conn:
+            erasure.install(conn)
         with self._pool.connection() as conn, conn.transaction():
-            if cmd.whole_subject:
-                heads = state.heads_where(conn, cmd.subject_id, "status <> 'erased'", ())
-                targets = [h.memory_id for h in heads]
-                if not targets:
-                    raise InvalidCommandError("subject_id", f"{cmd.subject_id!r} has no memories left to erase")
-            else:
-                found = state.lock_heads(conn, cmd.memory_ids)
-                for mid in cmd.memory_ids:
-                    if mid not in found or found[mid].subject_id != cmd.subject_id:
-                        raise UnknownMemoryError(mid, "memory_ids")
-                targets = [m for m in dict.fromkeys(cmd.memory_ids) if found[m].status != "erased"]
-                if not targets:
-                    raise InvalidCommandError("memory_ids", "every memory named is already erased")
-                targets += [m for m in state.derived_closure(conn, targets) if m not in targets]
+            targets = erasure.erasure_targets(conn, cmd)
             heads_by_id = state.lock_heads(conn, targets)
             named = set(cmd.memory_ids)
             cascaded = [heads_by_id[m] for m in targets if heads_by_id[m].status != "erased" and m not in named]
@@ -370,7 +362,7 @@ class Ledger:
             event = ErasureRequested(
                 **self._envelope(cmd.subject_id, now, corr),
                 request_id=request_id,
-                request_kind="subject" if cmd.whole_subject else "memories",
+                request_kind=cmd.request_kind,
                 requested_by=principal.id,
                 reason=cmd.reason,
                 legal_basis=cmd.legal_basis,
@@ -394,6 +386,7 @@ class Ledger:
                     now,
                 ),
             )
+            erasure.record_source(conn, request_id, cmd)
             events: list[Event] = [event]
             events += self._regenerate(conn, cascaded, set(targets), now, corr, event.event_id)
             positions = self._append(events)  # last: a failure above leaves nothing in the log

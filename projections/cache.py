@@ -92,6 +92,25 @@ class RecallCache:
         keys = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
         return [k for k in keys if self._r.exists(k)]
 
+    def purge_memories(self, memory_ids: set[str]) -> tuple[int, list[str]]:
+        """Delete every cached recall result holding any of ``memory_ids`` (found by
+        scanning, so entries restored from a backup count too) and bump the generation
+        of their subjects. Returns (entries deleted, the memory ids found)."""
+        deleted = 0
+        found: set[str] = set()
+        subjects: set[str] = set()
+        head = f"{self.prefix}recall:"
+        for raw in self._r.scan_iter(match=f"{head}*", count=500):
+            key = raw.decode() if isinstance(raw, bytes) else str(raw)
+            hits = {str(i.get("memory_id")) for i in self.get(key) or []} & memory_ids
+            if hits:
+                found |= hits
+                deleted += int(self._r.delete(key))
+                subjects.add(key[len(head) :].rsplit(":", 1)[0])
+        for subject in subjects:
+            deleted += self.invalidate(subject)
+        return deleted, sorted(found)
+
     def drop_all(self) -> int:
         """Delete every key under this cache's prefix (for a rebuild)."""
         removed = 0

@@ -5,18 +5,26 @@ Stores: ``facts`` (rows and full-text index), ``history`` (content-free metadata
 ``vectors`` (points and payloads), ``cache`` (Redis entries), ``summaries`` (derived
 summaries) and ``log`` (data keys destroyed, so the log's copies are unreadable).
 
-Verdict: ``complete`` when every store has a receipt and every probe finds nothing;
-``failed`` when a probe finds data in a store that claims to have applied the erasure;
-``pending`` otherwise (some store has not applied it yet or could not be probed).
+Probes look twice: by memory id (a copy of an erased memory: it decides the verdict)
+and by content fingerprint (the keyed HMAC of the text: copies of identical text under
+any id, which other, unerased memories may legitimately hold; reported, and a copy of
+an erased memory found this way is also found by id).
+
+Verdict (``verdict_of``): ``complete`` when every store has a receipt and every probe
+by id finds nothing; ``failed`` when a probe finds data in a store that claims to have
+applied the erasure; ``pending`` otherwise (some store has not applied it yet or could
+not be probed).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from projections.cache import RecallCache
@@ -28,8 +36,15 @@ STORES = ("facts", "history", "vectors", "cache", "summaries", "log")
 
 @dataclass
 class StoreTrace:
-    """One store's state for a request. ``probe_found`` counts copies the live probe
-    found (0 = absent; None = the store could not be probed)."""
+    """One store's state for a request.
+
+    ``status``: ``applied``, ``pending`` or ``failed``. ``applied_at``: ISO 8601 UTC of the
+    receipt; ``log_partition``/``log_offset``: where the store read the erasure;
+    ``latency_s``: seconds from the request to the receipt. ``probe_found`` counts copies
+    of the erased memories the live probe found by memory id, ``fingerprint_found`` copies
+    of identical text found by content fingerprint (0 = absent; None = the store could
+    not be probed, or has no text to fingerprint).
+    """
 
     store: str
     status: str
@@ -40,11 +55,16 @@ class StoreTrace:
     latency_s: float | None = None
     probe_found: int | None = None
     probe: str = ""
+    fingerprint_found: int | None = None
+    fingerprint_probe: str = "-"
 
 
 @dataclass
 class TraceReport:
-    """Everything a compliance reviewer needs for one erasure request."""
+    """Everything a compliance reviewer needs for one erasure request. Times are ISO
+    8601 UTC; ``request_kind`` is ``memories``, ``subject`` or ``source`` (then
+    ``source_ref`` names the turn, tool call or document); ``verdict`` is ``complete``,
+    ``pending`` or ``failed``."""
 
     request_id: str
     subject_id: str
@@ -58,6 +78,8 @@ class TraceReport:
     log_offset: int | None
     stores: list[StoreTrace] = field(default_factory=list)
     verdict: str = "pending"
+    source_ref: str | None = None
+    fingerprints: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,10 +95,13 @@ class TraceTargets:
     summaries_table: str = "summaries_v1"
     index: VectorIndex | None = None
     cache: RecallCache | None = None
+    fingerprint: Callable[[str], str] | None = None
+    """The ledger's content fingerprint (``Keyring.fingerprint``), to probe cached text."""
 
 
 def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> TraceReport:
-    """Build the trace of ``request_id``.
+    """Build the trace of ``request_id``: the request, each store's receipt and live
+    probes (by memory id and by content fingerprint), and the verdict.
 
     Raises:
         UnknownRequestError: no such request was recorded by the ledger.
@@ -98,31 +123,41 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
                 (request_id,),
             ).fetchall()
         }
-        found = {
-            "facts": conn.execute(
-                f"SELECT count(*) FROM {targets.facts_table} WHERE memory_id = ANY(%s)", (ids,)
-            ).fetchone()[0],  # type: ignore[index]
-            "history": conn.execute(
+        found: dict[str, int | None] = {
+            "facts": _count(conn, f"SELECT count(*) FROM {targets.facts_table} WHERE memory_id = ANY(%s)", ids),
+            "history": _count(
+                conn,
                 f"SELECT count(*) FROM {targets.history_table} WHERE memory_id = ANY(%s) AND content_hmac IS NOT NULL",
-                (ids,),
-            ).fetchone()[0],  # type: ignore[index]
-            "summaries": conn.execute(
-                f"SELECT count(*) FROM {targets.summaries_table}"
-                " WHERE memory_id = ANY(%s) OR derived_from && %s::text[]",
-                (ids, ids),
-            ).fetchone()[0],  # type: ignore[index]
-            "log": conn.execute(
+                ids,
+            ),
+            "summaries": _count(
+                conn,
+                f"SELECT count(*) FROM {targets.summaries_table} WHERE memory_id = ANY(%s) OR derived_from && %s",
+                ids,
+                ids,
+            ),
+            "log": _count(
+                conn,
                 "SELECT count(*) FROM memory_keys WHERE (key_id = ANY(%s) OR split_part(key_id, '/', 1) = ANY(%s))"
                 " AND wrapped_key IS NOT NULL",
-                (ids, ids),
-            ).fetchone()[0],  # type: ignore[index]
+                ids,
+                ids,
+            ),
         }
-        # identical text held by other, unerased memories of the subject: reported, not a failure
-        same_text = conn.execute(
-            f"SELECT count(*) FROM {targets.facts_table} WHERE subject_id = %s AND content_hmac = ANY(%s)"
-            " AND NOT memory_id = ANY(%s)",
-            (subject, hmacs, ids),
-        ).fetchone()[0]  # type: ignore[index]
+        by_fingerprint: dict[str, int | None] = {
+            "facts": _count(
+                conn,
+                f"SELECT count(*) FROM {targets.facts_table} WHERE content_hmac = ANY(%s) AND content IS NOT NULL",
+                hmacs,
+            ),
+            "history": _count(
+                conn, f"SELECT count(*) FROM {targets.history_table} WHERE content_hmac = ANY(%s)", hmacs
+            ),
+            "summaries": _count(
+                conn, f"SELECT count(*) FROM {targets.summaries_table} WHERE content_hmac = ANY(%s)", hmacs
+            ),
+        }
+        source_ref = _source_ref(conn, request_id)
     report = TraceReport(
         request_id=request_id,
         subject_id=subject,
@@ -134,23 +169,53 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         legal_basis=basis,
         log_partition=part,
         log_offset=off,
+        source_ref=source_ref,
+        fingerprints=len(hmacs),
     )
-    found["vectors"] = _probe_vectors(targets.index, ids)
-    found["cache"] = _probe_cache(targets.cache, subject, set(ids))
+    found["vectors"], by_fingerprint["vectors"] = _probe_vectors(targets.index, subject, ids, set(hmacs))
+    found["cache"], by_fingerprint["cache"] = _probe_cache(targets, subject, set(ids), set(hmacs))
     # the keys were destroyed in the transaction that recorded the request
     receipts["log"] = (requested_at, part, off, len(ids))
     for store in STORES:
-        report.stores.append(_store_trace(store, receipts.get(store), found.get(store), requested_at))
-    if same_text:
-        report.stores[0].probe += f" (by id; {same_text} other memories of the subject hold identical text)"
-    statuses = {s.status for s in report.stores}
-    report.verdict = "failed" if "failed" in statuses else "complete" if statuses == {"applied"} else "pending"
+        t = _store_trace(store, receipts.get(store), found.get(store), requested_at)
+        if store in by_fingerprint:
+            t.fingerprint_found = by_fingerprint[store]
+            t.fingerprint_probe = _describe(by_fingerprint[store], "identical text")
+        report.stores.append(t)
+    report.verdict = verdict_of(report.stores)
     return report
+
+
+def verdict_of(stores: Iterable[StoreTrace]) -> str:
+    """``failed`` if any store failed, ``complete`` if every store applied, else ``pending``."""
+    statuses = {s.status for s in stores}
+    return "failed" if "failed" in statuses else "complete" if statuses == {"applied"} else "pending"
+
+
+def _count(conn: psycopg.Connection, sql: str, *params: object) -> int:
+    row = conn.execute(sql, params).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _source_ref(conn: psycopg.Connection, request_id: str) -> str | None:
+    if conn.execute("SELECT to_regclass('erasure_request_sources')").fetchone() == (None,):
+        return None
+    row = conn.execute("SELECT source_ref FROM erasure_request_sources WHERE request_id = %s", (request_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _describe(found: int | None, what: str = "") -> str:
+    """``absent``, ``unreachable`` or ``N copies found`` (``N copies of <what> found``)."""
+    if found is None:
+        return "unreachable"
+    if found == 0:
+        return "absent"
+    return f"{found} cop{'y' if found == 1 else 'ies'}{' of ' + what if what else ''} found"
 
 
 def _store_trace(store: str, receipt: Any, found: int | None, requested_at: datetime) -> StoreTrace:
     t = StoreTrace(store=store, status="pending", probe_found=found)
-    t.probe = "unreachable" if found is None else ("absent" if found == 0 else f"{found} copies found")
+    t.probe = _describe(found)
     if receipt is not None:
         applied_at, part, off, items = receipt
         t.applied_at, t.log_partition, t.log_offset, t.items_removed = applied_at.isoformat(), part, off, items
@@ -159,26 +224,36 @@ def _store_trace(store: str, receipt: Any, found: int | None, requested_at: date
     return t
 
 
-def _probe_vectors(index: VectorIndex | None, ids: list[str]) -> int | None:
+def _probe_vectors(
+    index: VectorIndex | None, subject: str, ids: list[str], hmacs: set[str]
+) -> tuple[int | None, int | None]:
+    """(points of the erased ids, points of the subject whose payload fingerprint matches)."""
     if index is None:
-        return None
+        return None, None
     try:
-        return len(index.retrieve(ids))
+        by_id = len(index.retrieve(ids))
+        points = index.retrieve(index.scroll_ids(subject)) if hmacs else {}
+        by_fp = sum(1 for p in points.values() if p.payload.get("content_hmac") in hmacs)
+        return by_id, by_fp
     except Exception:  # the store is down: unknown, not absent
-        return None
+        return None, None
 
 
-def _probe_cache(cache: RecallCache | None, subject: str, ids: set[str]) -> int | None:
+def _probe_cache(targets: TraceTargets, subject: str, ids: set[str], hmacs: set[str]) -> tuple[int | None, int | None]:
+    """(cached items of the erased ids, cached items whose text has an erased fingerprint)."""
+    cache = targets.cache
     if cache is None:
-        return None
+        return None, None
     try:
-        hits = 0
+        by_id = by_fp = 0
         for key in cache.entries(subject):
-            value = cache.get(key) or []
-            hits += sum(1 for item in value if item.get("memory_id") in ids)
-        return hits
+            for item in cache.get(key) or []:
+                by_id += item.get("memory_id") in ids
+                if targets.fingerprint is not None and isinstance(item.get("content"), str):
+                    by_fp += targets.fingerprint(item["content"]) in hmacs
+        return by_id, (by_fp if targets.fingerprint is not None else None)
     except Exception:  # the store is down: unknown, not absent
-        return None
+        return None, None
 
 
 def render_text(report: TraceReport) -> str:
@@ -187,14 +262,16 @@ def render_text(report: TraceReport) -> str:
         f"erasure {report.request_id}  subject {report.subject_id}  ({report.request_kind}, "
         f"{len(report.memory_ids)} memories)",
         f"requested {report.requested_at} by {report.requested_by}: {report.reason} [{report.legal_basis}]",
+        *([f"source: {report.source_ref}"] if report.source_ref else []),
         f"log position: partition {report.log_partition} offset {report.log_offset}",
         "",
-        f"{'store':<10} {'status':<8} {'applied at (UTC)':<33} {'offset':>7} {'removed':>7} {'latency s':>9}  probe",
+        f"{'store':<10} {'status':<8} {'applied at (UTC)':<33} {'offset':>7} {'removed':>7} {'latency s':>9}"
+        "  probe by id; by fingerprint",
     ]
     for s in report.stores:
         lines.append(
             f"{s.store:<10} {s.status:<8} {s.applied_at or '-':<33} {_dash(s.log_offset):>7} "
-            f"{_dash(s.items_removed):>7} {_dash(s.latency_s):>9}  {s.probe}"
+            f"{_dash(s.items_removed):>7} {_dash(s.latency_s):>9}  {s.probe}; {s.fingerprint_probe}"
         )
     lines += ["", f"verdict: {report.verdict}"]
     return "\n".join(lines)

@@ -95,7 +95,7 @@ class Services:
         return handled
 
     def trace_targets(self) -> TraceTargets:
-        return TraceTargets(index=self.index, cache=self.cache)
+        return TraceTargets(index=self.index, cache=self.cache, fingerprint=self.keyring.fingerprint)
 
     def close(self) -> None:
         for closer in reversed(self._closers):

@@ -243,18 +243,30 @@ def redact(subject: str, memory_id: str, replacement: str, as_json: JsonOpt = Fa
 
 @app.command()
 def erase(
-    subject: str,
+    subject: Annotated[str | None, typer.Argument(help="whose memories (or give --subject)")] = None,
     memory_ids: Annotated[list[str] | None, typer.Argument(help="memory ids to erase")] = None,
+    subject_opt: Annotated[str | None, typer.Option("--subject", help="whose memories (instead of SUBJECT)")] = None,
     whole_subject: Annotated[bool, typer.Option("--all", help="erase every memory of SUBJECT")] = False,
+    source: Annotated[
+        str | None,
+        typer.Option(help="erase every memory whose provenance names this turn id, tool call id or source_ref"),
+    ] = None,
     reason: Annotated[str, typer.Option(help="why (recorded in the request)")] = "erasure requested by the subject",
     legal_basis: str = "gdpr-art-17",
     as_json: JsonOpt = False,
 ) -> None:
-    """Erase memories of SUBJECT (and everything derived from them); prints the request id."""
+    """Erase memories of SUBJECT (and everything derived from them): by id, --all, or
+    --source REF; prints the request id."""
+    if subject is not None and subject_opt is not None and subject != subject_opt:
+        raise typer.BadParameter(f"subject: given twice, as {subject!r} and --subject {subject_opt!r}")
+    who = subject_opt if subject_opt is not None else subject
+    if who is None:
+        raise typer.BadParameter("subject: missing; give SUBJECT or --subject")
     cmd = EraseMemories(
-        subject_id=subject,
+        subject_id=who,
         memory_ids=tuple(memory_ids or ()),
         whole_subject=whole_subject,
+        source_ref=source,
         reason=reason,
         legal_basis=legal_basis,
     )
@@ -305,11 +317,12 @@ def sweep(
     )
 
 
-from workers import cli_data, cli_eval, cli_ops  # noqa: E402  (registers the other commands)
+from workers import cli_data, cli_erasure, cli_eval, cli_ops  # noqa: E402  (registers the other commands)
 
 cli_ops.register(app)
 cli_data.register(app)
 cli_eval.register(app)
+cli_erasure.register(app)
 
 _USER_ERRORS = (
     LedgerError,

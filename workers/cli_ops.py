@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,8 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from contracts import utc_now
 from projections.recall import RecallResult
 from projections.trace import render_text, to_json, trace
+from projections.trace_html import render_html
 from workers.bootstrap import PROJECTION_NAMES
-from workers.cliutil import emit, parse_time, project_if_embedded, services
+from workers.cliutil import emit, parse_time, project_if_embedded, services, warn
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 
@@ -68,11 +70,20 @@ def recall(
     emit(as_json, result.to_dict(), lambda: _render_recall(result))
 
 
-def trace_cmd(request_id: str, as_json: JsonOpt = False) -> None:
+def trace_cmd(
+    request_id: str,
+    html: Annotated[
+        Path | None, typer.Option(help="also write a self-contained HTML report to this file", dir_okay=False)
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Show where erasure REQUEST_ID was applied, store by store, with live probes."""
     with services() as svc:
         report = trace(svc.pool, request_id, svc.trace_targets())
         svc.principal().require("erase", report.subject_id)  # only who may erase may see the trail
+    if html is not None:
+        html.write_text(render_html(report), encoding="utf-8")
+        warn(f"wrote the HTML report to {html}")
     if as_json:
         print(to_json(report))
     else:

@@ -21,6 +21,7 @@ from contracts import (
     SCHEMA_VERSION,
     ConflictDetected,
     ConsentRevoked,
+    EraseMemories,
     ErasureRequested,
     Event,
     MemoryBody,
@@ -39,6 +40,7 @@ from contracts import (
     SummaryDerived,
     UnknownEventError,
     decode_event,
+    describe_validation_error,
     encode_event,
 )
 from contracts.schema import SCHEMA_PATH, current_schema, render_schema
@@ -230,7 +232,7 @@ EVENT_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {
     ErasureRequested: st.builds(
         ErasureRequested,
         request_id=ids,
-        request_kind=st.sampled_from(("memories", "subject")),
+        request_kind=st.sampled_from(("memories", "subject", "source")),
         requested_by=ids,
         reason=ids,
         legal_basis=ids,
@@ -975,3 +977,37 @@ def test_sealed_text_fields_must_be_url_safe_base64(field: str, value: str) -> N
     with pytest.raises(ValidationError) as info:
         SealedText(**fields)
     _assert_names_field(info.value, field)
+
+
+@pytest.mark.parametrize(
+    ("target", "kind"),
+    [
+        ({"memory_ids": ("m-1", "m-2")}, "memories"),
+        ({"whole_subject": True}, "subject"),
+        ({"source_ref": "turn-7"}, "source"),
+    ],
+)
+def test_erasure_command_names_exactly_one_target(target: dict[str, Any], kind: str) -> None:
+    cmd = EraseMemories.model_validate({"subject_id": "alice", "reason": "asked", **target})
+    assert cmd.request_kind == kind
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        {},
+        {"memory_ids": ("m-1",), "whole_subject": True},
+        {"memory_ids": ("m-1",), "source_ref": "turn-7"},
+        {"whole_subject": True, "source_ref": "doc-1"},
+    ],
+)
+def test_erasure_command_with_no_or_several_targets_is_refused_naming_the_field(target: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError) as info:
+        EraseMemories.model_validate({"subject_id": "alice", "reason": "asked", **target})
+    assert describe_validation_error(info.value).startswith("memory_ids: give exactly one of")
+
+
+def test_erasure_command_refuses_an_empty_source() -> None:
+    with pytest.raises(ValidationError) as info:
+        EraseMemories.model_validate({"subject_id": "alice", "reason": "asked", "source_ref": " "})
+    assert "source_ref" in describe_validation_error(info.value)

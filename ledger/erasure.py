@@ -1,0 +1,78 @@
+"""Which memories an erasure request reaches, and what the request records besides the
+``erasure_requests`` row.
+
+An ``EraseMemories`` command names its target in exactly one way: memory ids, the
+whole subject, or a source (a turn id, tool call id or document/source reference that
+the memories' provenance names). Every memory derived, directly or transitively, from
+a target is erased with it, so no summary or inference outlives its evidence.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from contracts import EraseMemories
+from ledger import state
+from ledger.errors import InvalidCommandError, UnknownMemoryError
+from ledger.pgschema import ensure_schema
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS erasure_request_sources (
+    request_id  text PRIMARY KEY,
+    source_ref  text NOT NULL
+);
+"""
+
+_SOURCE_MATCH = "(turn_id = %s OR tool_call_id = %s OR source_ref = %s)"
+
+
+def install(conn: psycopg.Connection) -> None:
+    """Create ``erasure_request_sources`` (request id -> the source an erasure named) if missing."""
+    ensure_schema(conn, "erasure_request_sources", SCHEMA_SQL)
+
+
+def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
+    """The ids of the memories ``cmd`` erases, not yet erased, in a stable order: the
+    named memories first, then everything derived from them. Locks their heads.
+
+    Raises:
+        UnknownMemoryError: a listed memory id is not a memory of the subject (field
+            ``memory_ids``).
+        InvalidCommandError: nothing is left to erase: field ``subject_id`` (whole
+            subject), ``source_ref`` (no memory of the subject names the source, or all
+            that do are erased) or ``memory_ids`` (all already erased).
+    """
+    if cmd.whole_subject:
+        targets = [h.memory_id for h in state.heads_where(conn, cmd.subject_id, "status <> 'erased'", ())]
+        if not targets:
+            raise InvalidCommandError("subject_id", f"{cmd.subject_id!r} has no memories left to erase")
+        return targets
+    if cmd.source_ref is not None:
+        ref = cmd.source_ref
+        heads = state.heads_where(conn, cmd.subject_id, _SOURCE_MATCH, (ref, ref, ref))
+        if not heads:
+            raise InvalidCommandError(
+                "source_ref",
+                f"no memory of {cmd.subject_id!r} names {ref!r} as its turn_id, tool_call_id or source_ref",
+            )
+        targets = [h.memory_id for h in heads if h.status != "erased"]
+        if not targets:
+            raise InvalidCommandError("source_ref", f"every memory from {ref!r} is already erased")
+    else:
+        found = state.lock_heads(conn, cmd.memory_ids)
+        for mid in cmd.memory_ids:
+            if mid not in found or found[mid].subject_id != cmd.subject_id:
+                raise UnknownMemoryError(mid, "memory_ids")
+        targets = [m for m in dict.fromkeys(cmd.memory_ids) if found[m].status != "erased"]
+        if not targets:
+            raise InvalidCommandError("memory_ids", "every memory named is already erased")
+    return targets + [m for m in state.derived_closure(conn, targets) if m not in targets]
+
+
+def record_source(conn: psycopg.Connection, request_id: str, cmd: EraseMemories) -> None:
+    """Record the source an erasure by source named (nothing for other kinds)."""
+    if cmd.source_ref is not None:
+        conn.execute(
+            "INSERT INTO erasure_request_sources (request_id, source_ref) VALUES (%s, %s)",
+            (request_id, cmd.source_ref),
+        )

@@ -1,0 +1,95 @@
+"""A self-contained HTML rendering of an erasure trace, for compliance records.
+
+One file, inline CSS, no scripts and no external resources (fonts, images, links to
+fetch), so it can be archived or mailed and opens the same everywhere. Every value
+from the report is escaped with ``html.escape``. Elements carry stable ``id`` and
+``data-*`` attributes (``request``, ``stores``, ``store-<name>``, ``verdict``) so that
+tests and scripts can read a report back.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from projections.trace import StoreTrace, TraceReport
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem; color: #1b1f23; }
+h1 { font-size: 1.3rem; margin-bottom: .2rem; }
+table { border-collapse: collapse; margin: 1rem 0; }
+th, td { border: 1px solid #d0d7de; padding: .3rem .6rem; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code { font-family: ui-monospace, monospace; font-size: .92em; }
+.status, .verdict { font-weight: 600; padding: .05rem .4rem; border-radius: .3rem; }
+.applied, .complete { background: #dafbe1; color: #116329; }
+.pending { background: #fff8c5; color: #7d4e00; }
+.failed { background: #ffebe9; color: #a40e26; }
+p.note { color: #57606a; max-width: 60rem; }
+"""
+
+_NOTE = (
+    "Probes are live checks made when this report was produced. By memory id: copies of the erased memories "
+    "(any copy fails the store). By content fingerprint: copies of identical text under any id, which other, "
+    "unerased memories may hold; a copy of an erased memory is also found by id. Latency: seconds from the "
+    "request to the store's receipt."
+)
+
+
+def _v(value: object) -> str:
+    """An escaped cell value; ``-`` for None."""
+    return "-" if value is None else escape(str(value), quote=True)
+
+
+def _store_row(s: StoreTrace) -> str:
+    status = escape(s.status, quote=True)
+    return (
+        f'<tr id="store-{_v(s.store)}" data-store="{_v(s.store)}" data-status="{status}">'
+        f"<td>{_v(s.store)}</td>"
+        f'<td><span class="status {status}">{status}</span></td>'
+        f"<td>{_v(s.applied_at)}</td>"
+        f'<td class="num">{_v(s.log_partition)}</td>'
+        f'<td class="num">{_v(s.log_offset)}</td>'
+        f'<td class="num">{_v(s.items_removed)}</td>'
+        f'<td class="num">{_v(s.latency_s)}</td>'
+        f'<td data-probe="id">{_v(s.probe)}</td>'
+        f'<td data-probe="fingerprint">{_v(s.fingerprint_probe)}</td>'
+        "</tr>"
+    )
+
+
+def render_html(report: TraceReport) -> str:
+    """The report as one HTML5 document (UTF-8, no external resources)."""
+    request_rows = [
+        ("Request id", report.request_id),
+        ("Subject", report.subject_id),
+        ("Kind", report.request_kind),
+        *([("Source", report.source_ref)] if report.source_ref else []),
+        ("Memories", f"{len(report.memory_ids)}: {', '.join(report.memory_ids)}"),
+        ("Requested by", report.requested_by),
+        ("Reason", report.reason),
+        ("Legal basis", report.legal_basis),
+        ("Requested at (UTC)", report.requested_at),
+        ("Log position", f"partition {_v(report.log_partition)}, offset {_v(report.log_offset)}"),
+    ]
+    verdict = escape(report.verdict, quote=True)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>Erasure trace {_v(report.request_id)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>Erasure trace <code>{_v(report.request_id)}</code></h1>",
+        f'<p>Verdict: <span id="verdict" class="verdict {verdict}" data-verdict="{verdict}">{verdict}</span></p>',
+        '<table id="request"><tbody>',
+        *(f"<tr><th>{escape(k)}</th><td>{_v(v)}</td></tr>" for k, v in request_rows),
+        "</tbody></table>",
+        '<table id="stores"><thead><tr>',
+        "<th>Store</th><th>Status</th><th>Applied at (UTC)</th><th>Partition</th><th>Offset</th>",
+        "<th>Items removed</th><th>Latency (s)</th><th>Probe by memory id</th><th>Probe by content fingerprint</th>",
+        "</tr></thead><tbody>",
+        *(_store_row(s) for s in report.stores),
+        "</tbody></table>",
+        f'<p class="note">{escape(_NOTE)}</p>',
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
