@@ -9,12 +9,17 @@ a target is erased with it, so no summary or inference outlives its evidence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+
 import psycopg
 
 from contracts import EraseMemories
 from ledger import state
+from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 from ledger.pgschema import ensure_schema
+from ledger.tombstone_log import Tombstone
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS erasure_request_sources (
@@ -76,3 +81,36 @@ def record_source(conn: psycopg.Connection, request_id: str, cmd: EraseMemories)
             "INSERT INTO erasure_request_sources (request_id, source_ref) VALUES (%s, %s)",
             (request_id, cmd.source_ref),
         )
+
+
+def restore_tombstones(
+    conn: psycopg.Connection, keyring: Keyring, tombstones: Mapping[str, Tombstone], now: datetime
+) -> tuple[int, int]:
+    """Bring the ``tombstones`` table back in line with the tombstone topic after Postgres
+    was restored from a backup taken before some erasures: insert the rows it lacks,
+    destroy the data keys the backup brought back, and mark those memories' heads erased
+    (their sealed copies dropped). Runs in the caller's transaction; idempotent.
+
+    Returns (tombstone rows restored, data keys destroyed again).
+    """
+    if not tombstones:
+        return 0, 0
+    ids = list(tombstones)
+    restored = conn.execute(
+        "INSERT INTO tombstones (memory_id, subject_id, request_id, erased_at)"
+        " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[])"
+        " ON CONFLICT (memory_id) DO NOTHING",
+        (
+            ids,
+            [t.subject_id for t in tombstones.values()],
+            [t.request_id for t in tombstones.values()],
+            [t.erased_at for t in tombstones.values()],
+        ),
+    ).rowcount
+    destroyed = keyring.destroy(conn, ids)
+    conn.execute(
+        "UPDATE ledger_memories SET status = 'erased', sealed_content = NULL,"
+        " keys_destroyed_at = coalesce(keys_destroyed_at, %s) WHERE memory_id = ANY(%s) AND status <> 'erased'",
+        (now, ids),
+    )
+    return restored, destroyed

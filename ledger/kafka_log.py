@@ -24,9 +24,13 @@ from ledger.errors import EventLogError
 from ledger.eventlog import DLQ_TOPIC, TOPIC, DeadLetter, LogPosition, LogRecord
 
 
-def ensure_topics(bootstrap: str, partitions: int, topics: Sequence[str] = (TOPIC, DLQ_TOPIC)) -> None:
+def ensure_topics(
+    bootstrap: str, partitions: int, topics: Sequence[str] = (TOPIC, DLQ_TOPIC), compacted: Sequence[str] = ()
+) -> None:
     """Create the topics with the admin client when missing (replication factor 1 on a
-    single broker). An existing topic is left as it is.
+    single broker). An existing topic is left as it is. Topics also named in
+    ``compacted`` are created with ``cleanup.policy=compact`` (the latest record per key
+    is kept for ever; a null value removes the key), the others keep every record.
 
     Raises:
         EventLogError: the broker could not be reached or refused the request.
@@ -39,8 +43,11 @@ def ensure_topics(bootstrap: str, partitions: int, topics: Sequence[str] = (TOPI
         existing = set(admin.list_topics())
         # an event log keeps every record: no time or size retention
         keep = {"retention.ms": "-1", "retention.bytes": "-1"}
+        compact = {"cleanup.policy": "compact", "retention.ms": "-1", "retention.bytes": "-1"}
         missing = [
-            NewTopic(t, num_partitions=partitions, replication_factor=1, topic_configs=keep)
+            NewTopic(
+                t, num_partitions=partitions, replication_factor=1, topic_configs=compact if t in compacted else keep
+            )
             for t in topics
             if t not in existing
         ]

@@ -52,6 +52,7 @@ from ledger.eventlog import EventLog, LogPosition
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
 from ledger.summariser import ExtractiveSummariser, Summariser
+from ledger.tombstone_log import Tombstone, TombstoneLog
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,9 @@ class Ledger:
     """The write side. ``producer`` is recorded in every envelope; ``clock`` returns UTC
     now; ``policy`` is the retention policy per sensitivity class (default: the
     checked-in ``ledger/retention.toml``); ``summariser`` regenerates summaries whose
-    sources were invalidated (default: extractive, no model)."""
+    sources were invalidated (default: extractive, no model); ``tombstone_log``, when
+    given (the distributed mode), receives one record per erased memory besides the
+    ``tombstones`` table (``ledger.tombstone_log``)."""
 
     def __init__(
         self,
@@ -99,8 +102,10 @@ class Ledger:
         clock: Callable[[], datetime] = utc_now,
         policy: RetentionPolicy | None = None,
         summariser: Summariser | None = None,
+        tombstone_log: TombstoneLog | None = None,
     ) -> None:
         self._pool = pool
+        self._tombstone_log = tombstone_log
         self._log = log
         self._keyring = keyring
         self._producer = producer
@@ -324,7 +329,8 @@ class Ledger:
 
     def erase(self, principal: Principal, cmd: EraseMemories, correlation_id: str | None = None) -> CommandResult:
         """Erase memories (and every memory derived from them): destroy their data keys,
-        record tombstones and the request, and append ``ErasureRequested``; summaries
+        record tombstones (in the table and, in the distributed mode, on the compacted
+        tombstone topic) and the request, and append ``ErasureRequested``; summaries
         erased only because a source was erased are regenerated from the sources that
         remain.
 
@@ -334,6 +340,8 @@ class Ledger:
             NotAuthorisedError: no ``erase`` grant for the subject.
             UnknownMemoryError: a listed memory id is not a memory of the subject.
             InvalidCommandError: nothing left to erase (see ``erasure_targets``).
+            EventLogError: the tombstone topic or the log did not acknowledge; nothing
+                was erased (the transaction rolled back, published tombstones retracted).
         """
         principal.require("erase", cmd.subject_id)
         now = self._clock()
@@ -389,7 +397,13 @@ class Ledger:
             erasure.record_source(conn, request_id, cmd)
             events: list[Event] = [event]
             events += self._regenerate(conn, cascaded, set(targets), now, corr, event.event_id)
-            positions = self._append(events)  # last: a failure above leaves nothing in the log
+            self._publish_tombstones([Tombstone(m, cmd.subject_id, request_id, now) for m in targets])
+            try:
+                positions = self._append(events)  # last: a failure above leaves nothing in the log
+            except BaseException:
+                if self._tombstone_log is not None:  # nothing was erased: take the tombstones back
+                    self._tombstone_log.retract(targets)
+                raise
             conn.execute(
                 "UPDATE erasure_requests SET log_partition = %s, log_offset = %s WHERE request_id = %s",
                 (positions[0].partition, positions[0].offset, request_id),
@@ -753,6 +767,14 @@ class Ledger:
         if not allow_inactive and head.expires_at is not None and head.expires_at <= self._clock():
             raise InvalidCommandError(field_name, f"memory {memory_id!r} expired at {head.expires_at.isoformat()}")
         return head
+
+    def _publish_tombstones(self, tombstones: Sequence[Tombstone]) -> None:
+        """Publish to the tombstone topic before the erasure's event is appended, so that
+        no projection can read ``ErasureRequested`` (or replay past it) while the topic
+        still lacks one of its memories. Raises ``EventLogError`` (the erasure then rolls
+        back: keys, table rows and request are not written)."""
+        if self._tombstone_log is not None and tombstones:
+            self._tombstone_log.publish(tombstones)
 
     def _append(self, events: Sequence[Event]) -> list[LogPosition]:
         return self._log.append_batch([(e.subject_id, encode_event(e)) for e in events])

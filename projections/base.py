@@ -20,12 +20,13 @@ from typing import Protocol
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from contracts import ErasureRequested, Event
+from contracts import ErasureRequested, Event, MemoryRedacted, MemoryReinforced, MemoryWritten, SummaryDerived
 from contracts.memory import SealedText
 from ledger.crypto import Keyring
 from ledger.errors import CorruptContentError
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
+from projections.tombstone_registry import TombstoneSet
 
 log = logging.getLogger(__name__)
 
@@ -218,18 +219,30 @@ def write_receipt(
     )
 
 
+WRITE_EVENTS = (MemoryWritten, SummaryDerived, MemoryRedacted, MemoryReinforced)
+"""Events that put a memory (or its text) into a store. Before applying one, a projection
+asks ``ContentAccess.erased_among`` and applies nothing of a tombstoned memory, live and
+in a replay, even if its data key could still be read."""
+
+
 @dataclass
 class ContentAccess:
     """Opens sealed memory text for projections, honouring erasure: text whose memory is
-    tombstoned or whose data key was destroyed is never returned."""
+    tombstoned or whose data key was destroyed is never returned.
+
+    A memory is tombstoned when the ``tombstones`` table names it, or, in the distributed
+    mode, the set loaded from the compacted tombstone topic (``topic_tombstones``) does:
+    the topic still names it after Postgres was restored from a backup older than the
+    erasure."""
 
     pool: ConnectionPool
     keyring: Keyring
+    topic_tombstones: TombstoneSet | None = None
 
     def open(self, memory_id: str, sealed: SealedText, conn: psycopg.Connection | None = None) -> str | None:
         """The clear text, or ``None`` if the memory is erased (tombstone or key gone)."""
         with self._conn(conn) as c:
-            if c.execute("SELECT 1 FROM tombstones WHERE memory_id = %s", (memory_id,)).fetchone():
+            if self.erased_among([memory_id], c):
                 return None
             return self._open(c, memory_id, sealed)
 
@@ -238,8 +251,7 @@ class ContentAccess:
         if not items:
             return []
         with self.pool.connection() as c:
-            ids = [m for m, _ in items]
-            gone = {r[0] for r in c.execute("SELECT memory_id FROM tombstones WHERE memory_id = ANY(%s)", (ids,))}
+            gone = self.erased_among([m for m, _ in items], c)
             return [None if m in gone else self._open(c, m, sealed) for m, sealed in items]
 
     def _open(self, conn: psycopg.Connection, memory_id: str, sealed: SealedText) -> str | None:
@@ -250,8 +262,24 @@ class ContentAccess:
             return None
 
     def is_tombstoned(self, memory_id: str, conn: psycopg.Connection) -> bool:
-        """True when the memory was erased (a tombstone exists)."""
-        return conn.execute("SELECT 1 FROM tombstones WHERE memory_id = %s", (memory_id,)).fetchone() is not None
+        """True when the memory was erased (by either registry)."""
+        return bool(self.erased_among([memory_id], conn))
+
+    def erased_among(self, memory_ids: Sequence[str], conn: psycopg.Connection | None = None) -> set[str]:
+        """Which of ``memory_ids`` are tombstoned, by the table or the topic.
+
+        Raises:
+            psycopg.Error, EventLogError: a registry cannot be read (the caller's batch
+                fails and is retried: a write is never applied unchecked).
+        """
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return set()
+        with self._conn(conn) as c:
+            gone = {str(r[0]) for r in c.execute("SELECT memory_id FROM tombstones WHERE memory_id = ANY(%s)", (ids,))}
+        if self.topic_tombstones is not None:
+            gone |= self.topic_tombstones.erased_among(ids)
+        return gone
 
     @contextmanager
     def _conn(self, conn: psycopg.Connection | None) -> Iterator[psycopg.Connection]:

@@ -170,7 +170,9 @@ class FactsProjection(base.TransactionalProjection):
 
     def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
         keep_hmac = False
-        if isinstance(event, MemoryWritten):
+        if isinstance(event, base.WRITE_EVENTS) and self._content.erased_among([event.memory_id], conn):
+            pass  # tombstoned: nothing of it is stored, even if its key can still be read; history stays content-free
+        elif isinstance(event, MemoryWritten):
             keep_hmac = self._written(conn, event)
         elif isinstance(event, MemoryRedacted):
             keep_hmac = self._redacted(conn, event)

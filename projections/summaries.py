@@ -101,6 +101,8 @@ class SummariesProjection(base.TransactionalProjection):
                 base.write_receipt(conn, event.request_id, "summaries", self.id, position, removed)
 
     def _derived(self, conn: psycopg.Connection, e: SummaryDerived) -> None:
+        if self._content.erased_among([e.memory_id, *e.memory.provenance.derived_from], conn):
+            return  # the summary, or a source it restates, is tombstoned: store nothing of it
         text = self._content.open(e.memory_id, e.memory.content, conn)
         if text is None:
             return

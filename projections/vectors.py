@@ -85,8 +85,11 @@ class VectorsProjection(base.PositionedProjection):
             self.commit_positions(todo, "vectors", lambda e: len(e.affected))
 
     def apply_many(self, events: list[Event]) -> None:
-        """Apply events to the index without touching positions: texts are opened and
+        """Apply events to the index without touching positions: write-type events of
+        tombstoned memories are dropped first (``base.WRITE_EVENTS``), texts are opened and
         embedded in one batch, current points read once, then writes go in log order."""
+        erased = self._content.erased_among([e.memory_id for e in events if isinstance(e, base.WRITE_EVENTS)])
+        events = [e for e in events if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
         writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted)]
         sealed = [(w.memory_id, w.memory.content if isinstance(w, MemoryWritten) else w.content) for w in writes]
         opened = self._content.open_many(sealed)

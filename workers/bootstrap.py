@@ -18,6 +18,7 @@ from ledger.eventlog import DeadLetterQueue, EventLog
 from ledger.policy import load_policy
 from ledger.principals import Principal, load_principals, resolve_principal
 from ledger.service import Ledger
+from ledger.tombstone_log import TombstoneLog
 from projections.base import ContentAccess, Projection
 from projections.cache import CacheProjection, RecallCache
 from projections.embedding import Embedder, build_embedder
@@ -25,6 +26,7 @@ from projections.facts import FactsProjection
 from projections.recall import Recall
 from projections.runner import ProjectionRunner, RetryPolicy
 from projections.summaries import SummariesProjection
+from projections.tombstone_registry import TombstoneSet
 from projections.trace import TraceTargets
 from projections.vector_index import VectorIndex
 from projections.vectors import VectorsProjection
@@ -60,6 +62,8 @@ class Services:
     projections: dict[str, Projection]
     recall: Recall
     _closers: list[Any] = field(default_factory=list)
+    tombstone_set: TombstoneSet | None = None
+    """Distributed mode: the tombstones of the compacted topic, as projections see them."""
 
     def principal(self, principal_id: str | None = None) -> Principal:
         """The named principal (default: the configured one); unknown ids get no grants."""
@@ -185,6 +189,8 @@ def build(
         keyring = Keyring(_master_key(settings))
         event_log: EventLog
         dlq: DeadLetterQueue
+        tombstone_log: TombstoneLog | None = None
+        tombstone_set: TombstoneSet | None = None
         if settings.mode == "distributed":
             from ledger.kafka_log import KafkaDeadLetterQueue, KafkaEventLog
 
@@ -197,15 +203,27 @@ def build(
             )
             dlq = KafkaDeadLetterQueue(settings.kafka_bootstrap, topic=settings.dlq_topic)
             closers += [event_log.close, dlq.close]
+            from ledger.tombstone_log import KafkaTombstoneLog
+
+            tombstone_log = KafkaTombstoneLog(
+                settings.kafka_bootstrap, topic=settings.tombstone_topic, partitions=settings.partitions
+            )
+            closers.append(tombstone_log.close)
+            tombstone_set = TombstoneSet(tombstone_log)
         else:
             from ledger.postgres_log import PostgresDeadLetterQueue, PostgresEventLog
 
             event_log = PostgresEventLog(pool, partitions=1, topic=settings.topic)
             dlq = PostgresDeadLetterQueue(pool)
         ledger = Ledger(
-            pool, event_log, keyring, producer=settings.producer, policy=load_policy(settings.retention_policy_file)
+            pool,
+            event_log,
+            keyring,
+            producer=settings.producer,
+            policy=load_policy(settings.retention_policy_file),
+            tombstone_log=tombstone_log,
         )
-        content = ContentAccess(pool, keyring)
+        content = ContentAccess(pool, keyring, tombstone_set)
         embedder = build_embedder(settings.embedder)
         index: VectorIndex | None = build_vector_index(settings, own_vectors)
         if index is not None:
@@ -235,6 +253,7 @@ def build(
             built,
             recall,
             closers,
+            tombstone_set,
         )
     except BaseException:
         for closer in reversed(closers):

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from contracts import utc_now
+from ledger.erasure import restore_tombstones
 from ledger.service import new_id
 from projections.erasure_report import erasure_report
 from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
@@ -54,16 +56,39 @@ def reapply_tombstones_cmd(
 ) -> None:
     """Purge from STORE every memory in the tombstones table, e.g. after restoring the store
     from a backup taken before an erasure. For vectors, stop the vectors worker first (the
-    local index has one owner). Records the run in tombstone_reapplications."""
+    local index has one owner). Records the run in tombstone_reapplications.
+
+    In the distributed mode the tombstones table itself is first brought back in line with
+    the compacted tombstone topic (a Postgres restored from an old backup lacks rows and
+    holds erased memories' data keys again): missing rows are restored and those keys
+    destroyed again, before any store is purged."""
     stores = STORES if store == "all" else (store,)
     if any(s not in STORES for s in stores):
         raise typer.BadParameter(f"store: must be one of {', '.join(STORES)} or all")
     own_vectors = "vectors" in stores or None  # the index is purged here, not through its owner
     with services(own_vectors=own_vectors, projections=()) as svc:
         svc.principal().require("erase", "*")  # purging spans every subject
+        from_topic: dict[str, object] | None = None
+        if svc.tombstone_set is not None:
+            known = svc.tombstone_set.all()
+            with svc.pool.connection() as conn, conn.transaction():
+                rows, keys = restore_tombstones(conn, svc.keyring, known, utc_now())
+            from_topic = {"topic": svc.tombstone_set.topic, "tombstones": len(known), "rows_restored": rows}
+            from_topic["keys_destroyed"] = keys
         targets = PurgeTargets(index=svc.index, cache=svc.cache)
         result = reapply_tombstones(svc.pool, stores, targets, run_id="rt-" + new_id())
-    emit(as_json, result.to_dict(), result.render)
+    out = result.to_dict() | ({"restored_from_topic": from_topic} if from_topic is not None else {})
+
+    def render() -> str:
+        if from_topic is None:
+            return result.render()
+        head = (
+            f"tombstones table checked against {from_topic['topic']} ({from_topic['tombstones']} tombstones):"
+            f" {from_topic['rows_restored']} rows restored, {from_topic['keys_destroyed']} data keys destroyed again"
+        )
+        return head + "\n" + result.render()
+
+    emit(as_json, out, render)
 
 
 def register(app: typer.Typer) -> None:

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     vector_query_url: str = "http://127.0.0.1:16334"
     topic: str = Field(default="memory.events", min_length=1)
     dlq_topic: str = Field(default="memory.dlq", min_length=1)
+    tombstone_topic: str = Field(
+        default="memory.tombstones", min_length=1, description="compacted topic of tombstones (distributed mode)"
+    )
     partitions: int = Field(default=6, ge=1, le=1000)
     consumer_group_prefix: str = Field(default="memledger", min_length=1)
     master_key: SecretStr | None = None
