@@ -45,7 +45,7 @@ from contracts import (
     encode_event,
     utc_now,
 )
-from ledger import erasure, state
+from ledger import dead_letters, erasure, state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 from ledger.eventlog import EventLog, LogPosition
@@ -330,7 +330,8 @@ class Ledger:
     def erase(self, principal: Principal, cmd: EraseMemories, correlation_id: str | None = None) -> CommandResult:
         """Erase memories (and every memory derived from them): destroy their data keys,
         record tombstones (in the table and, in the distributed mode, on the compacted
-        tombstone topic) and the request, and append ``ErasureRequested``; summaries
+        tombstone topic) and the request, purge the erasure's dead letters from a Postgres
+        DLQ (``ledger.dead_letters``), and append ``ErasureRequested``; summaries
         erased only because a source was erased are regenerated from the sources that
         remain.
 
@@ -349,6 +350,7 @@ class Ledger:
         request_id = "er-" + new_id()
         with self._pool.connection() as conn:
             erasure.install(conn)
+            dead_letters.install(conn)
         with self._pool.connection() as conn, conn.transaction():
             targets = erasure.erasure_targets(conn, cmd)
             heads_by_id = state.lock_heads(conn, targets)
@@ -395,6 +397,8 @@ class Ledger:
                 ),
             )
             erasure.record_source(conn, request_id, cmd)
+            scope = dead_letters.ErasureScope(cmd.subject_id, tuple(targets), cmd.whole_subject, cmd.source_ref)
+            dead_letters.purge_postgres_dlq(conn, request_id, scope)  # a Kafka DLQ cannot be edited: trace lists it
             events: list[Event] = [event]
             events += self._regenerate(conn, cascaded, set(targets), now, corr, event.event_id)
             self._publish_tombstones([Tombstone(m, cmd.subject_id, request_id, now) for m in targets])

@@ -3,7 +3,10 @@
 
 Stores: ``facts`` (rows and full-text index), ``history`` (content-free metadata only),
 ``vectors`` (points and payloads), ``cache`` (Redis entries), ``summaries`` (derived
-summaries) and ``log`` (data keys destroyed, so the log's copies are unreadable).
+summaries), ``log`` (data keys destroyed, so the log's copies are unreadable) and, when
+the targets can probe it, ``dlq``: dead letters of the erasure (``ledger.dead_letters``),
+purged from a Postgres DLQ in the erasure's transaction, or, in a Kafka DLQ topic that
+cannot be edited, listed with status ``reported``.
 
 Probes look twice: by memory id (a copy of an erased memory: it decides the verdict)
 and by content fingerprint (the keyed HMAC of the text: copies of identical text under
@@ -11,9 +14,10 @@ any id, which other, unerased memories may legitimately hold; reported, and a co
 an erased memory found this way is also found by id).
 
 Verdict (``verdict_of``): ``complete`` when every store has a receipt and every probe
-by id finds nothing; ``failed`` when a probe finds data in a store that claims to have
-applied the erasure; ``pending`` otherwise (some store has not applied it yet or could
-not be probed).
+by id finds nothing (a ``reported`` DLQ counts as done: what it keeps is listed, and no
+operation of the store can remove just those letters); ``failed`` when a probe finds
+data in a store that claims to have applied the erasure; ``pending`` otherwise (some
+store has not applied it yet or could not be probed).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from ledger.dead_letters import DeadLetterProbe, ErasureScope, scope_of
 from projections.cache import RecallCache
 from projections.errors import UnknownRequestError
 from projections.vector_index import VectorIndex
@@ -38,8 +43,9 @@ STORES = ("facts", "history", "vectors", "cache", "summaries", "log")
 class StoreTrace:
     """One store's state for a request.
 
-    ``status``: ``applied``, ``pending`` or ``failed``. ``applied_at``: ISO 8601 UTC of the
-    receipt; ``log_partition``/``log_offset``: where the store read the erasure;
+    ``status``: ``applied``, ``pending``, ``failed`` or (``dlq`` in Kafka only)
+    ``reported``: letters kept in a queue that cannot be edited, listed in ``probe``.
+    ``applied_at``: ISO 8601 UTC of the receipt; ``log_partition``/``log_offset``: where the store read the erasure;
     ``latency_s``: seconds from the request to the receipt. ``probe_found`` counts copies
     of the erased memories the live probe found by memory id, ``fingerprint_found`` copies
     of identical text found by content fingerprint (0 = absent; None = the store could
@@ -97,6 +103,8 @@ class TraceTargets:
     cache: RecallCache | None = None
     fingerprint: Callable[[str], str] | None = None
     """The ledger's content fingerprint (``Keyring.fingerprint``), to probe cached text."""
+    dead_letters: Callable[[ErasureScope], DeadLetterProbe] | None = None
+    """Probes the DLQ for an erasure's letters; ``None``: no ``dlq`` store in the trace."""
 
 
 def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> TraceReport:
@@ -158,6 +166,7 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
             ),
         }
         source_ref = _source_ref(conn, request_id)
+        purged = _dlq_purged(conn, request_id)
     report = TraceReport(
         request_id=request_id,
         subject_id=subject,
@@ -182,14 +191,57 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
             t.fingerprint_found = by_fingerprint[store]
             t.fingerprint_probe = _describe(by_fingerprint[store], "identical text")
         report.stores.append(t)
+    if targets.dead_letters is not None:
+        report.stores.append(_dlq_trace(targets, scope_of(ids, kind, subject, source_ref), purged, receipts["log"]))
     report.verdict = verdict_of(report.stores)
     return report
 
 
+def _dlq_purged(conn: psycopg.Connection, request_id: str) -> int:
+    if conn.execute("SELECT to_regclass('erasure_dead_letters')").fetchone() == (None,):
+        return 0
+    row = conn.execute("SELECT purged FROM erasure_dead_letters WHERE request_id = %s", (request_id,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _dlq_trace(targets: TraceTargets, scope: ErasureScope, purged: int, request: Any) -> StoreTrace:
+    """The ``dlq`` row: purged at the request (in its transaction, like the keys), and a
+    live probe for letters of the erasure still there."""
+    assert targets.dead_letters is not None
+    requested_at, part, off, _ = request
+    t = StoreTrace(
+        store="dlq",
+        status="pending",
+        applied_at=requested_at.isoformat(),
+        log_partition=part,
+        log_offset=off,
+        items_removed=purged,
+        latency_s=0.0,
+    )
+    try:
+        probe = targets.dead_letters(scope)
+    except Exception:  # the queue is down: unknown, not absent
+        t.probe = "unreachable"
+        return t
+    left = len(probe.remaining)
+    t.probe_found = left
+    if left == 0:
+        t.status, t.probe = "applied", "absent"
+    elif probe.editable:
+        t.status, t.probe = "failed", f"{_describe(left)} in {probe.queue}"
+    else:
+        where = ", ".join(r.describe() for r in probe.remaining[:20]) + (" ..." if left > 20 else "")
+        t.status = "reported"
+        t.probe = f"{left} letter{'s' if left != 1 else ''} kept: {probe.queue} is append-only, not edited ({where})"
+    return t
+
+
 def verdict_of(stores: Iterable[StoreTrace]) -> str:
-    """``failed`` if any store failed, ``complete`` if every store applied, else ``pending``."""
+    """``failed`` if any store failed, ``complete`` if every store applied (or, for a DLQ
+    that cannot be edited, reported what it keeps), else ``pending``."""
     statuses = {s.status for s in stores}
-    return "failed" if "failed" in statuses else "complete" if statuses == {"applied"} else "pending"
+    done = statuses <= {"applied", "reported"}
+    return "failed" if "failed" in statuses else "complete" if done and statuses else "pending"
 
 
 def _count(conn: psycopg.Connection, sql: str, *params: object) -> int:

@@ -25,6 +25,7 @@ code { font-family: ui-monospace, monospace; font-size: .92em; }
 .applied, .complete { background: #dafbe1; color: #116329; }
 .pending { background: #fff8c5; color: #7d4e00; }
 .failed { background: #ffebe9; color: #a40e26; }
+.reported { background: #ddf4ff; color: #0550ae; }
 p.note { color: #57606a; max-width: 60rem; }
 """
 

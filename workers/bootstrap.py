@@ -14,6 +14,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from ledger.crypto import Keyring, new_master_key, parse_master_key
+from ledger.dead_letters import DeadLetterProbe, ErasureScope, probe_kafka_dlq, probe_postgres_dlq
 from ledger.eventlog import DeadLetterQueue, EventLog
 from ledger.policy import load_policy
 from ledger.principals import Principal, load_principals, resolve_principal
@@ -99,7 +100,20 @@ class Services:
         return handled
 
     def trace_targets(self) -> TraceTargets:
-        return TraceTargets(index=self.index, cache=self.cache, fingerprint=self.keyring.fingerprint)
+        return TraceTargets(
+            index=self.index,
+            cache=self.cache,
+            fingerprint=self.keyring.fingerprint,
+            dead_letters=self._probe_dead_letters,
+        )
+
+    def _probe_dead_letters(self, scope: ErasureScope) -> DeadLetterProbe:
+        """The erasure's letters in this deployment's DLQ: the Kafka topic in the
+        distributed mode, the Postgres table otherwise."""
+        if self.settings.kafka_bootstrap is not None:
+            return probe_kafka_dlq(self.settings.kafka_bootstrap, self.settings.dlq_topic, scope)
+        with self.pool.connection() as conn:
+            return probe_postgres_dlq(conn, scope)
 
     def close(self) -> None:
         for closer in reversed(self._closers):

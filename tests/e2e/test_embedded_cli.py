@@ -19,7 +19,15 @@ def test_write_recall_erase_trace_replay(embedded_cli: Cli) -> None:
     request = embedded_cli.json("erase", "alice", b)["request_id"]
     report = embedded_cli.json("trace", request)
     assert report["verdict"] == "complete"
-    assert {s["store"] for s in report["stores"]} == {"facts", "history", "vectors", "cache", "summaries", "log"}
+    assert {s["store"] for s in report["stores"]} == {
+        "facts",
+        "history",
+        "vectors",
+        "cache",
+        "summaries",
+        "log",
+        "dlq",
+    }
     for projection in ("facts", "vectors", "cache", "summaries"):
         embedded_cli.json("replay", projection)
     assert embedded_cli.json("trace", request)["verdict"] == "complete"

@@ -242,7 +242,7 @@ def test_html_trace_renders_the_request_every_store_and_the_verdict_in_a_browser
     assert request["Requested by"] == p.id
     assert request["Log position"] == f"partition {r.positions[0].partition}, offset {r.positions[0].offset}"
     stores = {a["data-store"]: (a["data-status"], row) for a, row in cells.rows if a.get("data-store")}
-    assert set(stores) == {"facts", "history", "vectors", "cache", "summaries", "log"}
+    assert set(stores) == {"facts", "history", "vectors", "cache", "summaries", "log", "dlq"}
     for name, (status, row) in stores.items():
         assert status == "applied" and row[1] == "applied", (name, row)
         assert row[2] != "-" and row[4] != "-" and row[6] != "-", (name, row)  # applied at, offset, latency
