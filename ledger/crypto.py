@@ -6,6 +6,12 @@ Each memory's text is sealed with AES-256-GCM under its own data key (``key_id``
 log, its replicas and its backups unreadable. Content fingerprints are HMAC-SHA256
 under a key derived from the master key with HKDF-SHA256 (RFC 5869), so probes can
 look for a copy without keeping the content.
+
+Master key rotation (``Keyring.rotate``) re-wraps every live data key under a new master
+key in one transaction; destroyed keys stay destroyed (there is nothing to re-wrap). The
+fingerprint key must not change with the master key (every stored fingerprint would stop
+matching), so rotation stores it, wrapped under the new master key, in ``keyring_meta``;
+``Keyring.attach`` loads it from there when present.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from dataclasses import dataclass
 
 import psycopg
 from cryptography.exceptions import InvalidTag
@@ -36,6 +43,16 @@ CREATE TABLE IF NOT EXISTS memory_keys (
 );
 CREATE INDEX IF NOT EXISTS memory_keys_subject ON memory_keys (subject_id);
 """
+
+META_SQL = """
+CREATE TABLE IF NOT EXISTS keyring_meta (
+    name        text PRIMARY KEY,
+    wrapped     bytea NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+_FINGERPRINT_META = "fingerprint"
 
 _NONCE_BYTES = 12
 
@@ -68,6 +85,18 @@ def new_master_key() -> str:
     return _b64(secrets.token_bytes(32))
 
 
+@dataclass(frozen=True)
+class RotationReport:
+    """What ``Keyring.rotate`` did: keys re-wrapped, keys found already under the new
+    master key, destroyed keys (left as they are), and both master key ids."""
+
+    old_master_key_id: str
+    new_master_key_id: str
+    rewrapped: int
+    already_rotated: int
+    destroyed: int
+
+
 class Keyring:
     """Seals and opens memory text; creates, reads and destroys data keys.
 
@@ -82,11 +111,94 @@ class Keyring:
         self._fingerprint_key = HKDF(
             algorithm=hashes.SHA256(), length=32, salt=None, info=b"memledger content fingerprint"
         ).derive(master_key)
+        self._master_id = (
+            HKDF(algorithm=hashes.SHA256(), length=8, salt=None, info=b"memledger master key id")
+            .derive(master_key)
+            .hex()
+        )
 
     @staticmethod
     def install(conn: psycopg.Connection) -> None:
-        """Create the key table if missing."""
+        """Create the key tables if missing."""
         ensure_schema(conn, "memory_keys", SCHEMA_SQL)
+        ensure_schema(conn, "keyring_meta", META_SQL)
+
+    def attach(self, conn: psycopg.Connection) -> None:
+        """Use the fingerprint key stored by a past rotation, if any (else the one derived
+        from this master key, which is what every ledger used before its first rotation).
+
+        Raises:
+            KeyStoreError: the stored fingerprint key does not open under this master key
+                (the process runs with a master key the ledger no longer uses).
+        """
+        row = conn.execute("SELECT wrapped FROM keyring_meta WHERE name = %s", (_FINGERPRINT_META,)).fetchone()
+        if row is not None:
+            self._fingerprint_key = self._unwrap(bytes(row[0]), _FINGERPRINT_META)
+
+    def rotate(self, conn: psycopg.Connection, new_master_key: bytes) -> RotationReport:
+        """Re-wrap every live data key, and the fingerprint key, under ``new_master_key``,
+        in the caller's transaction (commit it: all keys move, or none do). Destroyed keys
+        are left destroyed. ``memory_keys`` is locked against writers (``EXCLUSIVE``: reads
+        go on) until the transaction ends.
+
+        Resumable: a key that this keyring cannot open but the new master key can was
+        already rotated and is counted in ``already_rotated``; running it again with the
+        same new key also re-wraps keys a process still on the old key created meanwhile.
+
+        Raises:
+            KeyStoreError: the new key is not 32 bytes or equals the current one, or a key
+                opens under neither master key (names the key).
+        """
+        if len(new_master_key) != 32:
+            raise KeyStoreError("new_master_key: must be 32 bytes")
+        new = Keyring(new_master_key)
+        if new.master_key_id == self.master_key_id:
+            raise KeyStoreError("new_master_key: is the master key already in use")
+        conn.execute("LOCK TABLE memory_keys IN EXCLUSIVE MODE")
+        rewrapped = already = 0
+        rows = conn.execute("SELECT key_id, wrapped_key FROM memory_keys WHERE wrapped_key IS NOT NULL").fetchall()
+        for key_id, wrapped in rows:
+            try:
+                data_key = self._unwrap(bytes(wrapped), key_id)
+            except KeyStoreError:
+                new._unwrap(bytes(wrapped), key_id)  # raises when neither master key opens it
+                already += 1
+                continue
+            conn.execute(
+                "UPDATE memory_keys SET wrapped_key = %s WHERE key_id = %s", (new._wrap(data_key, key_id), key_id)
+            )
+            rewrapped += 1
+        conn.execute(
+            "INSERT INTO keyring_meta (name, wrapped) VALUES (%s, %s)"
+            " ON CONFLICT (name) DO UPDATE SET wrapped = EXCLUDED.wrapped, updated_at = now()",
+            (_FINGERPRINT_META, new._wrap(self._fingerprint_key, _FINGERPRINT_META)),
+        )
+        destroyed = conn.execute("SELECT count(*) FROM memory_keys WHERE wrapped_key IS NULL").fetchone()
+        return RotationReport(
+            old_master_key_id=self.master_key_id,
+            new_master_key_id=new.master_key_id,
+            rewrapped=rewrapped,
+            already_rotated=already,
+            destroyed=int(destroyed[0]) if destroyed else 0,
+        )
+
+    @property
+    def master_key_id(self) -> str:
+        """A public identifier of the master key (16 hex digits, HKDF-SHA256 of it): safe
+        to print and log, it reveals nothing of the key."""
+        return self._master_id
+
+    def _wrap(self, secret: bytes, key_id: str) -> bytes:
+        nonce = os.urandom(_NONCE_BYTES)
+        return nonce + self._master.encrypt(nonce, secret, key_id.encode())
+
+    def _unwrap(self, wrapped: bytes, key_id: str) -> bytes:
+        try:
+            return self._master.decrypt(wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], key_id.encode())
+        except InvalidTag:
+            raise KeyStoreError(
+                f"master_key: does not open data key {key_id!r}; is MEMLEDGER_MASTER_KEY the one the ledger uses?"
+            ) from None
 
     def fingerprint(self, text: str) -> str:
         """HMAC-SHA256 (hex) of ``text`` under the fingerprint key."""
@@ -101,8 +213,7 @@ class Keyring:
         data_key = self._load(conn, key_id)
         if data_key is None:
             data_key = AESGCM.generate_key(bit_length=256)
-            nonce = os.urandom(_NONCE_BYTES)
-            wrapped = nonce + self._master.encrypt(nonce, data_key, key_id.encode())
+            wrapped = self._wrap(data_key, key_id)
             inserted = conn.execute(
                 "INSERT INTO memory_keys (key_id, subject_id, wrapped_key) VALUES (%s, %s, %s)"
                 " ON CONFLICT (key_id) DO NOTHING RETURNING key_id",
@@ -147,10 +258,4 @@ class Keyring:
         row = conn.execute("SELECT wrapped_key FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone()
         if row is None or row[0] is None:
             return None
-        wrapped = bytes(row[0])
-        try:
-            return self._master.decrypt(wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], key_id.encode())
-        except InvalidTag:
-            raise KeyStoreError(
-                f"master_key: does not open data key {key_id!r}; is MEMLEDGER_MASTER_KEY the one the ledger uses?"
-            ) from None
+        return self._unwrap(bytes(row[0]), key_id)

@@ -115,6 +115,7 @@ class Ledger:
         with pool.connection() as conn:
             state.install(conn)
             Keyring.install(conn)
+            keyring.attach(conn)  # the fingerprint key survives master key rotations
 
     @property
     def keyring(self) -> Keyring:

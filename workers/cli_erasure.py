@@ -1,14 +1,18 @@
-"""Compliance commands around erasure: erasure-report, reapply-tombstones."""
+"""Compliance commands around erasure: erasure-report, reapply-tombstones, rotate-master-key."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, date, datetime, time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from contracts import utc_now
+from ledger.crypto import parse_master_key
 from ledger.erasure import restore_tombstones
+from ledger.errors import KeyStoreError
 from ledger.service import new_id
 from projections.erasure_report import erasure_report
 from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
@@ -91,6 +95,68 @@ def reapply_tombstones_cmd(
     emit(as_json, out, render)
 
 
+NEW_KEY_ENV = "MEMLEDGER_NEW_MASTER_KEY"
+
+
+def rotate_master_key_cmd(
+    new_key_file: Annotated[
+        Path | None,
+        typer.Option(help=f"file holding the new master key (URL-safe base64 of 32 bytes); or set {NEW_KEY_ENV}"),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-wrap every live data key under a new master key, in one transaction; destroyed
+    keys stay destroyed. Then give every process the new key (MEMLEDGER_MASTER_KEY) and
+    restart it: a process still on the old key cannot open data keys and retries, it
+    skips nothing. When the current key is the data directory's master.key file, the
+    file is replaced with the new key after the commit. Running it again with the same
+    new key is harmless and re-wraps keys a process on the old key created meanwhile."""
+    if new_key_file is not None:
+        text = new_key_file.read_text(encoding="ascii")
+    elif os.environ.get(NEW_KEY_ENV):
+        text = os.environ[NEW_KEY_ENV]
+    else:
+        raise typer.BadParameter(f"new_key_file: give --new-key-file or set {NEW_KEY_ENV}")
+    try:
+        new_key = parse_master_key(text)
+    except KeyStoreError as exc:
+        raise KeyStoreError(f"new_{exc}") from None
+    with services(own_vectors=False, projections=()) as svc:
+        svc.principal().require("erase", "*")  # the keys of every subject
+        with svc.pool.connection() as conn, conn.transaction():
+            report = svc.keyring.rotate(conn, new_key)
+        key_file = None
+        if svc.settings.master_key is None:  # the key lives in <data dir>/master.key: replace it
+            key_file = svc.settings.data_dir / "master.key"
+            tmp = key_file.with_name("master.key.new")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text.strip())
+            os.replace(tmp, key_file)
+    out = {
+        "old_master_key_id": report.old_master_key_id,
+        "new_master_key_id": report.new_master_key_id,
+        "rewrapped": report.rewrapped,
+        "already_rotated": report.already_rotated,
+        "destroyed_untouched": report.destroyed,
+        "key_file_replaced": None if key_file is None else str(key_file),
+    }
+
+    def text_out() -> str:
+        lines = [
+            f"master key {report.old_master_key_id} -> {report.new_master_key_id}: {report.rewrapped} data keys"
+            f" re-wrapped, {report.already_rotated} already rotated, {report.destroyed} destroyed keys left destroyed",
+        ]
+        if key_file is not None:
+            lines.append(f"replaced {key_file} with the new key")
+        else:
+            lines.append("now set MEMLEDGER_MASTER_KEY to the new key in every process and restart them")
+        return "\n".join(lines)
+
+    emit(as_json, out, text_out)
+
+
 def register(app: typer.Typer) -> None:
     app.command("erasure-report")(erasure_report_cmd)
     app.command("reapply-tombstones")(reapply_tombstones_cmd)
+    app.command("rotate-master-key")(rotate_master_key_cmd)
