@@ -6,6 +6,10 @@ to the baseline measured in the same run:
 - lag: end-to-end projection lag at a steady write rate, from the command's
   acknowledgement to the moment both the facts and vectors projections have applied it
   (their stored positions cover its offset; sampled every 5 ms);
+- erasure: erasure propagation latency p50/p99 under the same steady write load, from
+  the erasure's acknowledgement to the moment ``trace`` finds it complete (every store
+  has its receipt and every live probe by memory id finds nothing), next to the write
+  load's own projection lag measured in the same run;
 - recall: LoCoMo ingested through Kafka by the faust workers, then evidence-turn
   recall@k and recall latency p50/p99 next to BM25 (``workers.locomo.bench_recall``).
 
@@ -23,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +35,10 @@ import psycopg
 from kafka import KafkaProducer
 from psycopg import sql
 
-from contracts import MemoryWrite, encode_event, utc_now
+from contracts import EraseMemories, MemoryWrite, encode_event, utc_now
 from ledger.crypto import new_master_key
 from ledger.kafka_log import ensure_topics
+from projections.trace import trace
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
@@ -79,6 +84,7 @@ def bench_environment(targets: BenchTargets, data_dir: Path, embedder: str) -> I
         "MEMLEDGER_REDIS_URL": targets.redis_url,
         "MEMLEDGER_TOPIC": f"memory.events.bench-{tag}",
         "MEMLEDGER_DLQ_TOPIC": f"memory.dlq.bench-{tag}",
+        "MEMLEDGER_TOMBSTONE_TOPIC": f"memory.tombstones.bench-{tag}",
         "MEMLEDGER_DATA_DIR": str(data_dir / tag),
         "MEMLEDGER_QDRANT_PATH": str(data_dir / tag / "qdrant"),
         "MEMLEDGER_MASTER_KEY": new_master_key(),
@@ -296,4 +302,156 @@ def bench_locomo(env: dict[str, str], path: Path, progress: Progress) -> dict[st
         "ingest_and_projection_s": round(projected_s, 1),
         "recall": report.to_dict(),
         "recall_text": report.render(),
+    }
+
+
+def _erasure_target(n: int) -> MemoryWrite:
+    subject = f"bench-erase-{n}"
+    return MemoryWrite.model_validate(
+        {
+            "subject_id": subject,
+            "kind": "fact",
+            "purpose": "bench",
+            "scope": {"type": "subject", "id": subject},
+            "content": f"Erasure target {n}: the user's locker code is {1000 + n} and their badge is B-{n:05d}.",
+            "provenance": {"writer": "bench", "written_at": utc_now(), "turn_id": f"e-{n}"},
+        }
+    )
+
+
+def bench_erasure(
+    env: dict[str, str], rate: float, seconds: float, progress: Progress, erase_every_s: float = 1.0
+) -> dict[str, Any]:
+    """Erasure propagation latency under a steady write load, with the faust workers.
+
+    Before the load: one memory per planned erasure (subjects ``bench-erase-N``), projected
+    everywhere and recalled once, so that facts, vectors, the cache and history all hold
+    it. During ``seconds`` of single-command writes at ``rate`` events/s (as ``bench_lag``),
+    one of them is erased every ``erase_every_s`` seconds. A prober runs ``trace`` on every
+    erasure not yet complete, in a loop (the median time of a round that had erasures to
+    probe is reported as ``probe_period_ms``, the resolution of the measure):
+    the latency of an erasure is from the ledger's acknowledgement (``Ledger.erase``
+    returned: keys destroyed, tombstones and event durable) to the first trace whose
+    verdict is ``complete`` (receipts from facts, history, vectors, cache and summaries,
+    and no copy found by any probe by memory id). The write load's own projection lag
+    (ack -> facts and vectors positions cover it) is measured in the same run.
+
+    Returns milliseconds; ``not_complete_within_120s`` counts erasures that never completed.
+    """
+    svc = services_for(env)  # not the vectors owner: probes go to the worker's query endpoint
+    worker = start_worker(env, Path(env["MEMLEDGER_DATA_DIR"]) / "worker-erasure.log")
+    planned = max(1, int(seconds / erase_every_s))
+    acked: dict[tuple[int, int], float] = {}
+    visible: dict[tuple[int, int], float] = {}
+    erased_at: dict[str, float] = {}
+    complete_at: dict[str, float] = {}
+    probe_periods: list[float] = []
+    stop = threading.Event()
+    try:
+        principal = svc.principal()
+        targets = [r.memory_id for r in svc.ledger.write_many(principal, [_erasure_target(n) for n in range(planned)])]
+        wait_caught_up(svc, ("facts", "vectors", "cache", "summaries"), 300)
+        deadline = time.monotonic() + 60
+        while True:  # the vectors worker answers queries once it is up; recall fills the cache
+            try:
+                for n in range(planned):
+                    svc.recall.recall(principal, f"bench-erase-{n}", "bench", "locker code", utc_now())
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        # the DLQ is not on the propagation path; probing it scans a Kafka topic per trace
+        probe_targets = replace(svc.trace_targets(), dead_letters=None)
+
+        def poll_positions() -> None:
+            with svc.pool.connection() as conn:
+                while not stop.is_set():
+                    rows = conn.execute(
+                        'SELECT projection, partition, "offset" FROM projection_positions'
+                        " WHERE projection IN ('facts_v1', 'vectors_v1')"
+                    ).fetchall()
+                    now = time.perf_counter()
+                    pos = {(p, part): off for p, part, off in rows}
+                    for key in [k for k in list(acked) if k not in visible]:
+                        part, off = key
+                        if pos.get(("facts_v1", part), -1) >= off and pos.get(("vectors_v1", part), -1) >= off:
+                            visible[key] = now
+                    time.sleep(0.005)
+
+        def probe_erasures() -> None:
+            while not stop.is_set():
+                started = time.perf_counter()
+                pending = [r for r in list(erased_at) if r not in complete_at]
+                for request_id in pending:
+                    try:
+                        report = trace(svc.pool, request_id, probe_targets)
+                    except Exception:  # a probe that cannot answer now answers on the next round
+                        continue
+                    if report.verdict == "complete":
+                        complete_at[request_id] = time.perf_counter()
+                if pending:
+                    probe_periods.append(time.perf_counter() - started)
+                time.sleep(0.01)
+
+        threads = [threading.Thread(target=poll_positions, daemon=True), threading.Thread(target=probe_erasures)]
+        for t in threads:
+            t.start()
+        total = int(rate * seconds)
+
+        def one(n: int) -> None:
+            result = svc.ledger.write(principal, _command(n))
+            p = result.positions[0]
+            acked[(p.partition, p.offset)] = time.perf_counter()
+
+        def erase(n: int) -> None:
+            cmd = EraseMemories(
+                subject_id=f"bench-erase-{n}", memory_ids=(targets[n] or "",), reason="erasure benchmark"
+            )
+            result = svc.ledger.erase(principal, cmd)
+            assert result.request_id is not None
+            erased_at[result.request_id] = time.perf_counter()
+
+        start = time.perf_counter()
+        next_erasure = 0
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for n in range(total):
+                delay = start + n / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                pool.submit(one, n)
+                if next_erasure < planned and time.perf_counter() - start >= next_erasure * erase_every_s:
+                    pool.submit(erase, next_erasure)
+                    next_erasure += 1
+                if n % 100 == 0:
+                    progress("erasure: writing", n, total)
+        achieved = total / (time.perf_counter() - start)
+        progress("erasure: writing", total, total)
+        deadline = time.monotonic() + 120
+        while (len(complete_at) < len(erased_at) or len(visible) < len(acked)) and time.monotonic() < deadline:
+            progress("erasure: draining", len(complete_at), len(erased_at))
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        stop_worker(worker)
+        svc.close()
+    latencies = [(complete_at[r] - erased_at[r]) * 1000 for r in erased_at if r in complete_at]
+    lags = [(visible[k] - acked[k]) * 1000 for k in acked if k in visible]
+
+    def pct(values: list[float], q: float) -> float | None:
+        return round(percentile(values, q), 1) if values else None
+
+    return {
+        "embedder": env["MEMLEDGER_EMBEDDER"],
+        "target_rate": rate,
+        "achieved_rate": round(achieved, 1),
+        "write_events": len(acked),
+        "write_lag_p50_ms": pct(lags, 50),
+        "write_lag_p99_ms": pct(lags, 99),
+        "erasures": len(erased_at),
+        "not_complete_within_120s": len(erased_at) - len(latencies),
+        "erasure_p50_ms": pct(latencies, 50),
+        "erasure_p99_ms": pct(latencies, 99),
+        "erasure_max_ms": pct(latencies, 100),
+        "probe_period_ms": pct([t * 1000 for t in probe_periods], 50),
     }

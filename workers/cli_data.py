@@ -96,14 +96,25 @@ def bench_all(
     rate: Annotated[float, typer.Option(help="steady write rate for the lag benchmark, events/s")] = 200.0,
     seconds: Annotated[float, typer.Option(help="duration of the lag benchmark, s")] = 30.0,
     embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
+    erasure_hashing: Annotated[
+        bool, typer.Option(help="also measure erasure latency with the hashing embedder (when --embedder is not)")
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Append throughput, projection lag and LoCoMo recall on Kafka, PostgreSQL and Redis
-    (addresses from MEMLEDGER_TEST_*, as `deploy/services.sh env` prints them)."""
+    """Append throughput, projection lag, erasure propagation latency and LoCoMo recall on
+    Kafka, PostgreSQL and Redis (addresses from MEMLEDGER_TEST_*, as `deploy/services.sh
+    env` prints them)."""
     import json
     import tempfile
 
-    from workers.bench import BenchTargets, bench_append, bench_environment, bench_lag, bench_locomo
+    from workers.bench import (
+        BenchTargets,
+        bench_append,
+        bench_environment,
+        bench_erasure,
+        bench_lag,
+        bench_locomo,
+    )
 
     targets = BenchTargets.from_env()
     if not locomo.is_file():
@@ -114,6 +125,10 @@ def bench_all(
             out["append"] = bench_append(env, events, batch, progress)
         with bench_environment(targets, Path(tmp), embedder) as env:
             out["lag"] = bench_lag(env, rate, seconds, progress)
+        out["erasure"] = []
+        for erasure_embedder in dict.fromkeys([embedder, *(["hashing"] if erasure_hashing else [])]):
+            with bench_environment(targets, Path(tmp), erasure_embedder) as env:
+                out["erasure"].append(bench_erasure(env, rate, seconds, progress))
         with bench_environment(targets, Path(tmp), embedder) as env:
             out["locomo"] = bench_locomo(env, locomo, progress)
     if as_json:
@@ -130,8 +145,39 @@ def bench_all(
         f"(target {lag['target_rate']}): p50 {lag['lag_p50_ms']} ms, p99 {lag['lag_p99_ms']} ms "
         f"over {lag['events']} events"
     )
+    for er in out["erasure"]:
+        print(
+            f"erasure propagation, ack -> trace complete in every store, {er['embedder']} embedder, under "
+            f"{er['achieved_rate']} writes/s (target {er['target_rate']}): p50 {er['erasure_p50_ms']} ms, "
+            f"p99 {er['erasure_p99_ms']} ms over {er['erasures']} erasures "
+            f"({er['not_complete_within_120s']} not complete within 120 s; probe period {er['probe_period_ms']} ms)"
+        )
+        print(
+            f"  the write load in the same run, ack -> facts and vectors: p50 {er['write_lag_p50_ms']} ms, "
+            f"p99 {er['write_lag_p99_ms']} ms over {er['write_events']} events"
+        )
     print(f"LoCoMo through Kafka: ingest + projection {lo['ingest_and_projection_s']} s")
     print(lo["recall_text"])
+
+
+def bench_erasure_cmd(
+    rate: Annotated[float, typer.Option(help="steady write rate during the erasures, events/s")] = 200.0,
+    seconds: Annotated[float, typer.Option(help="duration of the write load, s (one erasure per second)")] = 30.0,
+    embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
+    as_json: JsonOpt = False,
+) -> None:
+    """Erasure propagation latency (ack -> trace complete in every store) under a steady
+    write load on Kafka with the faust workers (addresses from MEMLEDGER_TEST_*)."""
+    import json
+    import tempfile
+
+    from workers.bench import BenchTargets, bench_environment, bench_erasure
+
+    targets = BenchTargets.from_env()
+    with tempfile.TemporaryDirectory(prefix="memledger-bench-") as tmp, progress_bar(not as_json) as progress:
+        with bench_environment(targets, Path(tmp), embedder) as env:
+            out = bench_erasure(env, rate, seconds, progress)
+    emit(as_json, out, lambda: json.dumps(out, indent=2))
 
 
 def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
@@ -184,4 +230,5 @@ def register(app: typer.Typer) -> None:
     app.command("ingest-locomo")(ingest_locomo)
     bench_app.command("recall-locomo")(bench_recall_locomo)
     bench_app.command("all")(bench_all)
+    bench_app.command("erasure")(bench_erasure_cmd)
     app.add_typer(bench_app, name="bench")
