@@ -225,6 +225,8 @@ class Ledger:
             for ref in affected:
                 state.bump(conn, ref.memory_id, ref.revision, "revoked")
                 state.set_fields(conn, ref.memory_id, revoked_at=now)
+            if cmd.consent_ref is not None:
+                state.record_revocation(conn, cmd.subject_id, cmd.consent_ref, now)
             no_grace = [h.memory_id for h in heads if self.policy.of(h.sensitivity).consent_grace_days == 0]
             self._destroy_keys(conn, no_grace, now)
             event = ConsentRevoked(
@@ -662,9 +664,15 @@ class Ledger:
         }
 
     def _check_sources(self, conn: psycopg.Connection, cmd: MemoryWrite, now: datetime) -> MemoryWrite:
-        """Refuse sources that are unknown, of another subject, or no longer usable (a
-        summary needs ``active`` sources; an inference may also draw on ones awaiting
-        confirmation)."""
+        """Refuse a consent reference the subject has withdrawn, and sources that are
+        unknown, of another subject, or no longer usable (a summary needs ``active``
+        sources; an inference may also draw on ones awaiting confirmation)."""
+        ref = cmd.provenance.consent_ref
+        withdrawn = None if ref is None else state.revoked_at(conn, cmd.subject_id, ref)
+        if withdrawn is not None:
+            raise InvalidCommandError(
+                "provenance.consent_ref", f"consent {ref!r} was revoked by the subject at {withdrawn.isoformat()}"
+            )
         known = state.lock_heads(conn, cmd.provenance.derived_from) if cmd.provenance.derived_from else {}
         usable = ("active",) if cmd.kind == "summary" else state.ACTIVE_STATUSES
         for mid in cmd.provenance.derived_from:

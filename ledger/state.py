@@ -76,6 +76,12 @@ ALTER TABLE ledger_memories
     ADD COLUMN IF NOT EXISTS revoked_at       timestamptz,
     ADD COLUMN IF NOT EXISTS keys_destroyed_at timestamptz;
 CREATE INDEX IF NOT EXISTS ledger_memories_slot ON ledger_memories (subject_id, purpose, scope_type, scope_id, key);
+CREATE TABLE IF NOT EXISTS consent_revocations (
+    subject_id   text NOT NULL,
+    consent_ref  text NOT NULL,
+    revoked_at   timestamptz NOT NULL,
+    PRIMARY KEY (subject_id, consent_ref)
+);
 CREATE TABLE IF NOT EXISTS ledger_schema_lifecycle (applied_at timestamptz NOT NULL DEFAULT now());
 """
 
@@ -295,6 +301,24 @@ def set_fields(conn: psycopg.Connection, memory_id: str, **values: object) -> No
     columns = ", ".join(f"{name} = %s" for name in values)
     params = [Jsonb(v.model_dump(mode="json")) if isinstance(v, SealedText) else v for v in values.values()]
     conn.execute(f"UPDATE ledger_memories SET {columns} WHERE memory_id = %s", (*params, memory_id))
+
+
+def record_revocation(conn: psycopg.Connection, subject_id: str, consent_ref: str, at: datetime) -> None:
+    """Remember that the subject withdrew consent ``consent_ref`` (first time wins)."""
+    conn.execute(
+        "INSERT INTO consent_revocations (subject_id, consent_ref, revoked_at) VALUES (%s, %s, %s)"
+        " ON CONFLICT DO NOTHING",
+        (subject_id, consent_ref, at),
+    )
+
+
+def revoked_at(conn: psycopg.Connection, subject_id: str, consent_ref: str) -> datetime | None:
+    """When the subject withdrew consent ``consent_ref``, or ``None``."""
+    row = conn.execute(
+        "SELECT revoked_at FROM consent_revocations WHERE subject_id = %s AND consent_ref = %s",
+        (subject_id, consent_ref),
+    ).fetchone()
+    return None if row is None else row[0]
 
 
 def mark_keys_destroyed(conn: psycopg.Connection, memory_ids: Sequence[str], at: datetime) -> None:

