@@ -199,15 +199,29 @@ def find_statement(
     now: datetime,
     sensitivity: str,
     consent_ref: str | None,
+    expires_at: datetime | None,
 ) -> MemoryHead | None:
     """The live memory of this slot (as ``live_in_slot``) that makes the same statement
     (same normalised text, by its keyed fingerprint) under the same sensitivity class and
-    consent, locked; ``None`` if there is none."""
+    consent, and that does not outlive ``expires_at``, locked; ``None`` if there is none."""
     heads = heads_where(
         conn,
         subject_id,
-        _LIVE_IN_SLOT + " AND statement_hmac = %s AND sensitivity = %s AND consent_ref IS NOT DISTINCT FROM %s",
-        (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, now, statement_hmac, sensitivity, consent_ref),
+        _LIVE_IN_SLOT + " AND statement_hmac = %s AND sensitivity = %s AND consent_ref IS NOT DISTINCT FROM %s"
+        " AND (%s::timestamptz IS NULL OR (expires_at IS NOT NULL AND expires_at <= %s))",
+        (
+            list(ACTIVE_STATUSES),
+            purpose,
+            scope.type,
+            scope.id,
+            key,
+            now,
+            statement_hmac,
+            sensitivity,
+            consent_ref,
+            expires_at,
+            expires_at,
+        ),
     )
     return heads[0] if heads else None
 

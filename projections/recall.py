@@ -74,10 +74,12 @@ _SUMMARY_FILTER_SQL = """
   f.subject_id = %(subject)s AND f.purpose = %(purpose)s AND (f.scope_type || ':' || f.scope_id) = ANY(%(scopes)s)
   AND (f.expires_at IS NULL OR f.expires_at > %(now)s)
   AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.memory_id = f.memory_id)
-  AND NOT EXISTS (SELECT 1 FROM {facts} src WHERE src.memory_id = ANY(f.derived_from) AND src.expires_at <= %(now)s)
+  AND NOT EXISTS (SELECT 1 FROM {facts} src WHERE src.memory_id = ANY(f.derived_from)
+                  AND (src.status <> 'active' OR src.expires_at <= %(now)s))
 """
-"""A summary restating a source that has expired at ``now`` is not recalled, swept or not
-(``{facts}``: the facts table of the sources)."""
+"""A summary is recalled only while every source it has in the facts table is active and
+not expired at ``now`` (swept or not): a summary of a disputed, unconfirmed or expired
+claim is no evidence (``{facts}``: the facts table of the sources)."""
 
 _SUMMARY_COLUMNS = """
   f.memory_id, f.subject_id, 'summary' AS kind, f.content, 'active' AS status, f.confirmed, f.confidence, f.key,
