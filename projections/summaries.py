@@ -90,6 +90,12 @@ class SummariesProjection(base.TransactionalProjection):
             conn.execute(schema_sql(self.version))
             base.clear_positions(conn, self.id)
 
+    def drop(self) -> None:
+        """Drop this version's table and positions (retiring it; erasure receipts stay)."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(f"DROP TABLE IF EXISTS {self.table}")
+            base.clear_positions(conn, self.id)
+
     def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
         if isinstance(event, SummaryDerived):
             self._derived(conn, event)

@@ -1,0 +1,266 @@
+"""Shadow rebuild, atomic swap, rollback and retirement of projection versions.
+
+``rebuild(svc, "facts", 2)`` registers ``facts_v2`` as ``building``, applies the log to
+it from offset 0 (its own positions, ``projection_positions`` row ``facts_v2``; its
+workers later use consumer group ``<prefix>.facts_v2``) while ``facts_v1`` keeps serving
+and keeps being applied by the workers, follows the log until it reaches the live end,
+then swaps (:func:`swap_to`). Events and erasures that arrive during the rebuild reach
+both versions: the workers apply them to v1, and v2 reads them from the log.
+
+The swap never makes recall staler: in one Postgres transaction it takes the registry
+lock, locks the serving version's position rows (its appliers wait at their next
+commit, so it cannot move on), applies to the new version everything up to the log's
+end (at least as far as the serving version got), and only then updates the registry
+and recreates the stable views. Against a Qdrant server the alias ``memories`` is
+switched right after the commit (readers of this project resolve the collection through
+the registry, so they never see the alias lag).
+
+A version that cannot be applied in this process (vectors owned by a vectors worker,
+no Qdrant server) is not applied here; the swap then waits, up to ``wait_s``, for its
+worker to get as far as the serving version.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import psycopg
+
+from projections import base, versions
+from projections.base import Projection
+from projections.errors import VersionError
+from projections.runner import RetryPolicy
+from projections.versions import EmbedderSpec, VersionInfo
+from workers.bootstrap import Services
+
+
+@dataclass(frozen=True)
+class RebuildProgress:
+    """Where a rebuild is, after a batch. ``position``: records of the log the version
+    has applied (sum over partitions); ``end``: records in the log; ``lag = end -
+    position``; ``rate``: records applied per second since the start; ``eta_s``: lag /
+    rate, seconds (None before the first batch)."""
+
+    projection: str
+    applied: int
+    position: int
+    end: int
+    lag: int
+    rate: float
+    eta_s: float | None
+
+
+@dataclass(frozen=True)
+class SwapResult:
+    """The outcome of a rebuild, rollback or swap: ``serving`` serves now, ``previous``
+    served before and is kept (and applied) until retired. ``events``: records applied
+    by this command; ``seconds``: its wall time."""
+
+    projection: str
+    serving: int
+    previous: int
+    events: int
+    seconds: float
+    embedder: dict[str, object] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["events_per_s"] = round(self.events / self.seconds, 1) if self.seconds else None
+        return out
+
+
+def _progress_of(projection: Projection, svc: Services, applied: int, started: float) -> RebuildProgress:
+    done = projection.positions()
+    ends = svc.log.end_offsets()
+    position = sum(min(end, done.get(p, -1) + 1) for p, end in ends.items())
+    end = sum(ends.values())
+    elapsed = max(time.monotonic() - started, 1e-9)
+    rate = applied / elapsed
+    lag = max(0, end - position)
+    return RebuildProgress(projection.id, applied, position, end, lag, rate, lag / rate if rate > 0 else None)
+
+
+def _embedder_spec(svc: Services, name: str, embedder: str | None) -> EmbedderSpec | None:
+    if name != "vectors":
+        if embedder is not None:
+            raise VersionError("embedder", "only the vectors projection has an embedder")
+        return None
+    if embedder is None:
+        current = svc.stores.serving()["vectors"].embedder
+        assert current is not None
+        embedder = current.name
+    built = svc.stores.embedder(embedder)
+    return EmbedderSpec(embedder, built.dim, built.model_name)
+
+
+def _applies_here(svc: Services, name: str) -> bool:
+    """Whether this process may apply a version of ``name`` that a worker may run too:
+    Postgres and Redis projections serialise on their positions; a local vector index has
+    one owner (the vectors worker), a Qdrant server any number."""
+    return name != "vectors" or svc.settings.mode == "embedded" or bool(svc.settings.qdrant_url)
+
+
+def rebuild(
+    svc: Services,
+    name: str,
+    to_version: int | None = None,
+    embedder: str | None = None,
+    progress: Callable[[RebuildProgress], None] | None = None,
+    retry: RetryPolicy | None = None,
+    batch_size: int = 256,
+    wait_s: float = 120.0,
+) -> SwapResult:
+    """Build version ``to_version`` (default: one above every registered version) of
+    projection ``name`` from offset 0 while the serving version keeps serving, follow
+    the log to its live end, swap. A version left ``building`` by an interrupted rebuild
+    is resumed from its positions. ``embedder`` (vectors only; default the serving
+    version's): the embedder name of the new collection.
+
+    Raises:
+        VersionError: bad name, version or embedder (see ``versions.begin_build``), or
+            the swap could not align the versions.
+        ProjectionStalledError: a store stayed down beyond ``retry``.
+    """
+    started = time.monotonic()
+    versions.check_name(name)
+    spec = _embedder_spec(svc, name, embedder)
+    with svc.pool.connection() as conn:
+        info = versions.begin_build(conn, name, to_version, spec)
+    if name == "vectors":
+        svc.stores.adopt(info.version)  # the new collection is built here, whoever owns the others
+    projection = svc.stores.projection(info)
+    runner = svc.runner_for(projection, retry)
+    applied = 0
+
+    def step(n: int) -> None:
+        nonlocal applied
+        applied += n
+        if progress is not None:
+            progress(_progress_of(projection, svc, applied, started))
+
+    while True:
+        handled = runner.catch_up(svc.log, batch_size, progress=step)
+        if handled == 0 or _progress_of(projection, svc, applied, started).lag == 0:
+            break
+    if progress is not None:
+        progress(_progress_of(projection, svc, applied, started))
+    previous, during = swap_to(svc, info, projection, wait_s=wait_s, retry=retry)
+    e = info.embedder
+    return SwapResult(
+        projection=name,
+        serving=info.version,
+        previous=previous,
+        events=applied + during,
+        seconds=round(time.monotonic() - started, 3),
+        embedder=None if e is None else {"name": e.name, "dim": e.dim, "model": e.model},
+    )
+
+
+def swap_to(
+    svc: Services,
+    info: VersionInfo,
+    projection: Projection | None,
+    wait_s: float = 120.0,
+    retry: RetryPolicy | None = None,
+) -> tuple[int, int]:
+    """Make ``info``'s version serve, never staler than the version it replaces; returns
+    (the version that served before, records applied here during the swap).
+
+    ``projection``: apply the version here up to the log's end while the serving version
+    is frozen; ``None``: wait up to ``wait_s`` seconds for its worker to get as far.
+
+    Raises:
+        VersionError: the version is not building or previous, or did not get as far as
+            the serving version in time.
+    """
+    applied = 0
+    with svc.pool.connection() as conn, conn.transaction():
+        versions.lock(conn)
+        old = versions.serving(conn, info.name)
+        if old.version == info.version:
+            raise VersionError("version", f"{info.id} is serving already")
+        conn.execute("SELECT 1 FROM projection_positions WHERE projection = %s FOR UPDATE", (old.id,))
+        frozen = base.load_positions(conn, old.id)
+        deadline = time.monotonic() + wait_s
+        while True:
+            if projection is not None:
+                applied += svc.runner_for(projection, retry).catch_up(svc.log)
+            behind = _behind(conn, info.id, frozen)
+            if not behind:
+                break
+            if projection is not None or time.monotonic() > deadline:
+                raise VersionError(
+                    "version",
+                    f"{info.id} is behind {old.id} on partitions {sorted(behind)}; is its worker running?"
+                    " (nothing was swapped)",
+                )
+            time.sleep(0.2)
+        versions.swap(conn, info.name, info.version)
+    _point_alias(svc, info)
+    return old.version, applied
+
+
+def _behind(conn: psycopg.Connection, projection_id: str, frozen: dict[int, int]) -> dict[int, int]:
+    """Partitions where ``projection_id`` has applied less than ``frozen`` (read on a
+    fresh snapshot: the caller's transaction is READ COMMITTED)."""
+    mine = base.load_positions(conn, projection_id)
+    return {p: o for p, o in frozen.items() if mine.get(p, -1) < o}
+
+
+def _point_alias(svc: Services, info: VersionInfo) -> None:
+    """Against a Qdrant server, point the alias ``memories`` at the serving collection."""
+    if info.name != "vectors" or not svc.settings.qdrant_url:
+        return
+    from projections.qdrant_client_index import QdrantClientIndex
+
+    index = svc.stores.index(info.version)
+    if isinstance(index, QdrantClientIndex):
+        index.point_alias(versions.VECTOR_ALIAS)
+
+
+def rollback(svc: Services, name: str, wait_s: float = 120.0, retry: RetryPolicy | None = None) -> SwapResult:
+    """Swap ``name`` back to the version that served before the last swap (kept up to
+    date since by the workers; what it missed is applied first).
+
+    Raises:
+        VersionError: no previous version (never swapped, or retired), or it could not
+            catch up with the serving version in time.
+    """
+    started = time.monotonic()
+    with svc.pool.connection() as conn:
+        target = versions.rollback_target(conn, name)
+    projection = svc.stores.projection(target) if _applies_here(svc, name) else None
+    previous, applied = swap_to(svc, target, projection, wait_s=wait_s, retry=retry)
+    return SwapResult(name, target.version, previous, applied, round(time.monotonic() - started, 3))
+
+
+def retire(svc: Services, name: str, version: int, wait_s: float = 30.0) -> VersionInfo:
+    """Mark ``version`` of ``name`` retired, then drop its storage (tables, collection or
+    key prefix) and positions. Erasure receipts are kept.
+
+    Raises:
+        VersionError: no such version, or it is serving.
+        VectorIndexError: its collection is still owned by a worker after ``wait_s``
+            seconds (the registry already says retired: run retire again to drop it).
+    """
+    from projections.vector_index import VectorIndexError
+
+    with svc.pool.connection() as conn, conn.transaction():
+        versions.lock(conn)
+        info = versions.mark_retired(conn, name, version)
+    if name == "vectors":
+        svc.stores.adopt(version)  # dropping a collection needs its owner's lock
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            svc.stores.projection(info).drop()
+            break
+        except VectorIndexError:
+            svc.stores.forget(name, version)
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)  # the supervisor stops the retired version's worker
+    svc.stores.forget(name, version)
+    return info
