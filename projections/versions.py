@@ -24,8 +24,11 @@ collection, a ``memledger:cache_vN:`` Redis key prefix. Readers go through stabl
               ``rollback`` can swap back at once;
 ``retired``   its storage was dropped (``memledger retire``); its number is not reused.
 
-Workers apply every ``serving`` and ``previous`` version; the rebuild applies the
-``building`` one. Times are ``timestamptz`` (UTC).
+Distributed workers run every version that is not retired, one consumer group each
+(``<prefix>.facts_v2``): a ``building`` version is built by its own worker from offset 0
+while ``memledger replay`` watches its progress and swaps. In the embedded mode the
+replay command applies the building version itself, and every command applies the
+``serving`` and ``previous`` versions in-process. Times are ``timestamptz`` (UTC).
 """
 
 from __future__ import annotations
@@ -232,6 +235,12 @@ def live(conn: psycopg.Connection, name: str) -> list[VersionInfo]:
     previous ones, newest first."""
     found = [v for v in versions(conn, name) if v.state in LIVE_STATES]
     return sorted(found, key=lambda v: (v.state != "serving", -v.version))
+
+
+def running(conn: psycopg.Connection, name: str) -> list[VersionInfo]:
+    """The versions of ``name`` that distributed workers run: every one not retired
+    (a ``building`` one included: its worker is the rebuild's consumer group)."""
+    return [v for v in versions(conn, name) if v.state != "retired"]
 
 
 def begin_build(conn: psycopg.Connection, name: str, version: int | None, embedder: EmbedderSpec | None) -> VersionInfo:

@@ -82,6 +82,12 @@ class VersionedStores:
                 self._embedders[name] = build_embedder(name)
             return self._embedders[name]
 
+    def add_embedder(self, name: str, embedder: Embedder) -> None:
+        """Use ``embedder`` wherever the registry names ``name`` (an embedder built
+        elsewhere: a custom model, or a test's recording wrapper). Call before first use."""
+        with self._lock:
+            self._embedders[name] = embedder
+
     def owns(self, version: int) -> bool:
         """Whether this process opens vectors version ``version`` itself (rather than
         asking its owner over HTTP)."""
@@ -91,11 +97,13 @@ class VersionedStores:
         """Open vectors version ``version`` in this process from now on, though other
         versions are owned elsewhere (a rebuild builds its new collection itself)."""
         with self._lock:
-            if version not in self._adopted:
-                self._adopted.add(version)
-                index = self._indexes.pop(version, None)
-                if index is not None:
-                    index.close()
+            if self.owns(version):
+                return
+            self._adopted.add(version)
+            self._projections.pop(("vectors", version), None)
+            index = self._indexes.pop(version, None)
+            if index is not None:
+                index.close()  # a remote view of it: reopened locally on next use
 
     def index(self, version: int) -> VectorIndex:
         """The vector collection of vectors version ``version``, opened once."""

@@ -1,11 +1,14 @@
 """Shadow rebuild, atomic swap, rollback and retirement of projection versions.
 
-``rebuild(svc, "facts", 2)`` registers ``facts_v2`` as ``building``, applies the log to
-it from offset 0 (its own positions, ``projection_positions`` row ``facts_v2``; its
-workers later use consumer group ``<prefix>.facts_v2``) while ``facts_v1`` keeps serving
-and keeps being applied by the workers, follows the log until it reaches the live end,
-then swaps (:func:`swap_to`). Events and erasures that arrive during the rebuild reach
-both versions: the workers apply them to v1, and v2 reads them from the log.
+``rebuild(svc, "facts", 2)`` registers ``facts_v2`` as ``building``; it is then applied
+from offset 0 (its own positions, ``projection_positions`` row ``facts_v2``) while
+``facts_v1`` keeps serving and keeps being applied, until it reaches the live end of the
+log; then the stable names swap to it (:func:`swap_to`). Who applies it: in the
+distributed mode its own worker (consumer group ``<prefix>.facts_v2``, started by the
+``memledger worker`` supervisor as soon as the registry lists it), which keeps running
+after the swap; in the embedded mode the rebuild itself. Events and erasures that arrive
+during the rebuild reach both versions: v1 is applied live, and v2 reads them from the
+log.
 
 The swap never makes recall staler: in one Postgres transaction it takes the registry
 lock, locks the serving version's position rows (its appliers wait at their next
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import psycopg
 
@@ -71,15 +74,16 @@ class SwapResult:
         return out
 
 
-def _progress_of(projection: Projection, svc: Services, applied: int, started: float) -> RebuildProgress:
-    done = projection.positions()
+def _progress_of(
+    projection_id: str, done: dict[int, int], svc: Services, applied: int, started: float
+) -> RebuildProgress:
     ends = svc.log.end_offsets()
     position = sum(min(end, done.get(p, -1) + 1) for p, end in ends.items())
     end = sum(ends.values())
     elapsed = max(time.monotonic() - started, 1e-9)
     rate = applied / elapsed
     lag = max(0, end - position)
-    return RebuildProgress(projection.id, applied, position, end, lag, rate, lag / rate if rate > 0 else None)
+    return RebuildProgress(projection_id, applied, position, end, lag, rate, lag / rate if rate > 0 else None)
 
 
 def _embedder_spec(svc: Services, name: str, embedder: str | None) -> EmbedderSpec | None:
@@ -128,24 +132,12 @@ def rebuild(
     spec = _embedder_spec(svc, name, embedder)
     with svc.pool.connection() as conn:
         info = versions.begin_build(conn, name, to_version, spec)
-    if name == "vectors":
-        svc.stores.adopt(info.version)  # the new collection is built here, whoever owns the others
-    projection = svc.stores.projection(info)
-    runner = svc.runner_for(projection, retry)
-    applied = 0
-
-    def step(n: int) -> None:
-        nonlocal applied
-        applied += n
-        if progress is not None:
-            progress(_progress_of(projection, svc, applied, started))
-
-    while True:
-        handled = runner.catch_up(svc.log, batch_size, progress=step)
-        if handled == 0 or _progress_of(projection, svc, applied, started).lag == 0:
-            break
-    if progress is not None:
-        progress(_progress_of(projection, svc, applied, started))
+    projection: Projection | None = None
+    if svc.settings.mode == "embedded":
+        applied = _build_here(svc, info, progress, retry, batch_size, started)
+        projection = svc.stores.projection(info)
+    else:
+        applied = _follow_worker(svc, info, progress, wait_s, started)
     previous, during = swap_to(svc, info, projection, wait_s=wait_s, retry=retry)
     e = info.embedder
     return SwapResult(
@@ -156,6 +148,79 @@ def rebuild(
         seconds=round(time.monotonic() - started, 3),
         embedder=None if e is None else {"name": e.name, "dim": e.dim, "model": e.model},
     )
+
+
+def _build_here(
+    svc: Services,
+    info: VersionInfo,
+    progress: Callable[[RebuildProgress], None] | None,
+    retry: RetryPolicy | None,
+    batch_size: int,
+    started: float,
+) -> int:
+    """Apply the log to the building version in this process until it reaches the end;
+    returns the records applied."""
+    if info.name == "vectors":
+        svc.stores.adopt(info.version)  # the new collection is built here
+    projection = svc.stores.projection(info)
+    runner = svc.runner_for(projection, retry)
+    applied = 0
+
+    def step(n: int) -> None:
+        nonlocal applied
+        applied += n
+        if progress is not None:
+            progress(_progress_of(projection.id, projection.positions(), svc, applied, started))
+
+    while True:
+        handled = runner.catch_up(svc.log, batch_size, progress=step)
+        if handled == 0 or _progress_of(projection.id, projection.positions(), svc, applied, started).lag == 0:
+            break
+    if progress is not None:
+        progress(_progress_of(projection.id, projection.positions(), svc, applied, started))
+    return applied
+
+
+def _follow_worker(
+    svc: Services,
+    info: VersionInfo,
+    progress: Callable[[RebuildProgress], None] | None,
+    wait_s: float,
+    started: float,
+    poll_s: float = 0.5,
+) -> int:
+    """Watch the building version's worker (consumer group ``<prefix>.<id>``, started by
+    ``memledger worker``'s supervisor) until it reaches the live end; returns the records
+    it applied meanwhile.
+
+    Raises:
+        VersionError: it made no progress for ``wait_s`` seconds (no worker running?).
+    """
+
+    def positions() -> dict[int, int]:
+        with svc.pool.connection() as conn:
+            return base.load_positions(conn, info.id)
+
+    first = _progress_of(info.id, positions(), svc, 0, started)
+    last_move, last_position = time.monotonic(), first.position
+    while True:
+        now = _progress_of(info.id, positions(), svc, 0, started)
+        current = replace(now, applied=now.position - first.position)
+        current = replace(current, rate=current.applied / max(time.monotonic() - started, 1e-9))
+        current = replace(current, eta_s=current.lag / current.rate if current.rate > 0 else None)
+        if progress is not None:
+            progress(current)
+        if current.lag == 0:
+            return current.applied
+        if current.position != last_position:
+            last_move, last_position = time.monotonic(), current.position
+        elif time.monotonic() - last_move > wait_s:
+            raise VersionError(
+                "to_version",
+                f"{info.id} made no progress for {wait_s:.0f}s: is `memledger worker` running? (it stays"
+                f" building: run replay again to resume, or retire {info.name} --version {info.version})",
+            )
+        time.sleep(poll_s)
 
 
 def swap_to(

@@ -3,11 +3,12 @@
 Distributed mode: one faust-streaming app per projection version, its consumer group
 named ``<MEMLEDGER_CONSUMER_GROUP_PREFIX>.<projection>_v<version>`` (prefix default
 ``memledger``), each in a child process supervised here. The supervisor follows the
-version registry: every serving and previous version runs (so a rollback finds the
-previous version up to date); a version that a rebuild swapped in gets a worker, a
-retired one loses it. The vectors worker of version N owns collection ``memories_vN`` of
-a local Qdrant index (when no Qdrant server is configured) and answers vector queries for
-other processes on ``MEMLEDGER_VECTOR_QUERY_URL`` with the port raised by N - 1.
+version registry: every version that is not retired runs: the one a rebuild is building
+(from offset 0, in its own consumer group), the serving one, and the previous one (so a
+rollback finds it up to date); a retired one loses its worker. The vectors worker of
+version N owns collection ``memories_vN`` of a local Qdrant index (when no Qdrant server
+is configured) and answers vector queries for other processes on
+``MEMLEDGER_VECTOR_QUERY_URL`` with the port raised by N - 1.
 
 Embedded mode: projections in this process, polling the Postgres log; every live version.
 
@@ -41,8 +42,8 @@ log = logging.getLogger(__name__)
 
 
 def run_worker(names: Sequence[str], poll_interval_s: float = 0.5, version: int | None = None) -> None:
-    """Run the named projections until SIGTERM/SIGINT: every live version of each
-    (serving and previous, from the registry), or only ``version`` (distributed mode,
+    """Run the named projections until SIGTERM/SIGINT: every version of each that is not
+    retired (from the registry; embedded mode: serving and previous), or only ``version`` (distributed mode,
     one name: how the supervisor starts its children)."""
     settings = Settings()
     if settings.mode == "embedded":
@@ -87,8 +88,8 @@ def _spawn(child: Child) -> subprocess.Popen[bytes]:
 
 
 def desired_children(settings: Settings, names: Sequence[str], known: set[Child] | None) -> set[Child]:
-    """The live versions (serving, previous) of ``names`` from the registry; version 1 of
-    each before the registry exists; ``known`` (the last answer) when Postgres cannot be
+    """The versions of ``names`` that are not retired (building, serving, previous), from
+    the registry; version 1 of each before the registry exists; ``known`` (the last answer) when Postgres cannot be
     read right now."""
     import psycopg
 
@@ -97,18 +98,18 @@ def desired_children(settings: Settings, names: Sequence[str], known: set[Child]
         with psycopg.connect(settings.postgres_dsn, connect_timeout=5) as conn:
             if conn.execute("SELECT to_regclass('projection_versions')").fetchone() == (None,):
                 return {(n, 1) for n in names}
-            return {(info.name, info.version) for n in names for info in versions.live(conn, n)}
+            return {(info.name, info.version) for n in names for info in versions.running(conn, n)}
     except psycopg.Error as exc:
         log.warning("worker: cannot read the version registry (%s); keeping the running versions", exc)
         return known if known is not None else {(n, 1) for n in names}
 
 
 def _supervise(settings: Settings, names: Sequence[str], registry_every_s: float = 2.0) -> None:
-    """Run one child worker per live version of each projection (``--projection NAME
-    --version N``), following the registry: a version that starts serving (after a
-    rebuild) gets a child within ``registry_every_s`` seconds, a retired one loses its
-    child. A child that dies is restarted (backoff 1 s doubling to 60 s). SIGTERM/SIGINT
-    stops them all."""
+    """Run one child worker per version of each projection that is not retired
+    (``--projection NAME --version N``), following the registry: a version a rebuild
+    registers gets a child within ``registry_every_s`` seconds (it builds the version from
+    offset 0 in its own consumer group), a retired one loses its child. A child that
+    dies is restarted (backoff 1 s doubling to 60 s). SIGTERM/SIGINT stops them all."""
     wanted = desired_children(settings, names, None)
     children = {child: _spawn(child) for child in sorted(wanted)}
     backoff_s = dict.fromkeys(children, 1.0)
