@@ -93,17 +93,24 @@ class VersionedStores:
         asking its owner over HTTP)."""
         return self.own_vectors or version in self._adopted
 
-    def adopt(self, version: int) -> None:
+    def adopt(self, version: int) -> bool:
         """Open vectors version ``version`` in this process from now on, though other
-        versions are owned elsewhere (a rebuild builds its new collection itself)."""
+        versions are owned elsewhere (a rebuild builds its new collection itself); returns
+        False, and leaves it to its owner, when another process holds its local index."""
         with self._lock:
             if self.owns(version):
-                return
+                return True
             self._adopted.add(version)
             self._projections.pop(("vectors", version), None)
-            index = self._indexes.pop(version, None)
-            if index is not None:
-                index.close()  # a remote view of it: reopened locally on next use
+            remote = self._indexes.pop(version, None)
+            if remote is not None:
+                remote.close()
+            try:
+                self.index(version)
+            except VectorIndexError:
+                self._adopted.discard(version)
+                return False
+            return True
 
     def index(self, version: int) -> VectorIndex:
         """The vector collection of vectors version ``version``, opened once."""

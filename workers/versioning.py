@@ -3,10 +3,13 @@
 ``rebuild(svc, "facts", 2)`` registers ``facts_v2`` as ``building``; it is then applied
 from offset 0 (its own positions, ``projection_positions`` row ``facts_v2``) while
 ``facts_v1`` keeps serving and keeps being applied, until it reaches the live end of the
-log; then the stable names swap to it (:func:`swap_to`). Who applies it: in the
-distributed mode its own worker (consumer group ``<prefix>.facts_v2``, started by the
-``memledger worker`` supervisor as soon as the registry lists it), which keeps running
-after the swap; in the embedded mode the rebuild itself. Events and erasures that arrive
+log; then the stable names swap to it (:func:`swap_to`). Who applies it: the rebuild
+itself, and in the distributed mode also its own worker (consumer group
+``<prefix>.facts_v2``, started by the ``memledger worker`` supervisor as soon as the
+registry lists it; the two serialise on the version's positions), which keeps it up to
+date after the swap. A vectors version on a local index has one owner: the rebuild
+when it gets the collection's lock first (the worker waits for it), else the worker,
+whose progress the rebuild then watches. Events and erasures that arrive
 during the rebuild reach both versions: v1 is applied live, and v2 reads them from the
 log.
 
@@ -18,9 +21,9 @@ and recreates the stable views. Against a Qdrant server the alias ``memories`` i
 switched right after the commit (readers of this project resolve the collection through
 the registry, so they never see the alias lag).
 
-A version that cannot be applied in this process (vectors owned by a vectors worker,
-no Qdrant server) is not applied here; the swap then waits, up to ``wait_s``, for its
-worker to get as far as the serving version.
+When the version cannot be applied in this process (vectors owned by a vectors worker,
+no Qdrant server), the swap waits, up to ``wait_s``, for its worker to get as far as the
+serving version.
 """
 
 from __future__ import annotations
@@ -99,11 +102,14 @@ def _embedder_spec(svc: Services, name: str, embedder: str | None) -> EmbedderSp
     return EmbedderSpec(embedder, built.dim, built.model_name)
 
 
-def _applies_here(svc: Services, name: str) -> bool:
-    """Whether this process may apply a version of ``name`` that a worker may run too:
-    Postgres and Redis projections serialise on their positions; a local vector index has
-    one owner (the vectors worker), a Qdrant server any number."""
-    return name != "vectors" or svc.settings.mode == "embedded" or bool(svc.settings.qdrant_url)
+def _applies_here(svc: Services, info: VersionInfo) -> bool:
+    """Whether this process can apply ``info``'s version. Postgres and Redis projections
+    always (appliers serialise on the positions, so its worker may run too); vectors when
+    this process owns the index (embedded), the index is a Qdrant server, or no other
+    process holds the version's local collection (otherwise its worker applies it)."""
+    if info.name != "vectors" or svc.settings.qdrant_url:
+        return True
+    return svc.stores.adopt(info.version)
 
 
 def rebuild(
@@ -133,7 +139,7 @@ def rebuild(
     with svc.pool.connection() as conn:
         info = versions.begin_build(conn, name, to_version, spec)
     projection: Projection | None = None
-    if svc.settings.mode == "embedded":
+    if _applies_here(svc, info):
         applied = _build_here(svc, info, progress, retry, batch_size, started)
         projection = svc.stores.projection(info)
     else:
@@ -160,8 +166,6 @@ def _build_here(
 ) -> int:
     """Apply the log to the building version in this process until it reaches the end;
     returns the records applied."""
-    if info.name == "vectors":
-        svc.stores.adopt(info.version)  # the new collection is built here
     projection = svc.stores.projection(info)
     runner = svc.runner_for(projection, retry)
     applied = 0
@@ -296,36 +300,32 @@ def rollback(svc: Services, name: str, wait_s: float = 120.0, retry: RetryPolicy
     started = time.monotonic()
     with svc.pool.connection() as conn:
         target = versions.rollback_target(conn, name)
-    projection = svc.stores.projection(target) if _applies_here(svc, name) else None
+    projection = svc.stores.projection(target) if _applies_here(svc, target) else None
     previous, applied = swap_to(svc, target, projection, wait_s=wait_s, retry=retry)
     return SwapResult(name, target.version, previous, applied, round(time.monotonic() - started, 3))
 
 
 def retire(svc: Services, name: str, version: int, wait_s: float = 30.0) -> VersionInfo:
     """Mark ``version`` of ``name`` retired, then drop its storage (tables, collection or
-    key prefix) and positions. Erasure receipts are kept.
+    key prefix) and positions. Erasure receipts are kept. Workers stop applying it (the
+    supervisor stops its worker within a few seconds).
 
     Raises:
-        VersionError: no such version, or it is serving.
-        VectorIndexError: its collection is still owned by a worker after ``wait_s``
-            seconds (the registry already says retired: run retire again to drop it).
+        VersionError: no such version, or it is serving; or its local collection is still
+            held by another process after ``wait_s`` seconds (the registry already says
+            retired: run retire again to drop it).
     """
-    from projections.vector_index import VectorIndexError
-
     with svc.pool.connection() as conn, conn.transaction():
         versions.lock(conn)
         info = versions.mark_retired(conn, name, version)
-    if name == "vectors":
-        svc.stores.adopt(version)  # dropping a collection needs its owner's lock
     deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            svc.stores.projection(info).drop()
-            break
-        except VectorIndexError:
-            svc.stores.forget(name, version)
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)  # the supervisor stops the retired version's worker
+    while name == "vectors" and not svc.stores.adopt(version):  # dropping a collection needs its lock
+        if time.monotonic() > deadline:
+            raise VersionError(
+                "version",
+                f"{info.id} is retired but another process still holds its collection; run retire again later",
+            )
+        time.sleep(1.0)
+    svc.stores.projection(info).drop()
     svc.stores.forget(name, version)
     return info

@@ -33,6 +33,7 @@ from urllib.parse import urlparse
 
 from ledger.eventlog import LogRecord
 from projections import versions
+from projections.base import Projection
 from projections.errors import VersionError
 from projections.runner import ProjectionRunner
 from workers.bootstrap import Services, build, vector_query_url
@@ -183,9 +184,7 @@ def run_faust(settings: Settings, name: str, version: int, batch_size: int = 256
     if not found:
         svc.close()
         raise VersionError("version", f"{name}_v{version} is not registered or is retired")
-    if name == "vectors":
-        svc.stores.adopt(version)
-    projection = svc.stores.projection(found[0])
+    projection = _open_projection(svc, found[0])
     runner = svc.runner_for(projection)
     datadir = settings.data_dir / "faust" / projection.id
     datadir.mkdir(parents=True, exist_ok=True)
@@ -269,6 +268,18 @@ def handle_contiguously(svc: Services, runner: ProjectionRunner, records: list[L
             runner.handle(missing)
             expected = missing[-1].offset + 1
         runner.handle(batch)
+
+
+def _open_projection(svc: Services, info: versions.VersionInfo, retry_s: float = 1.0) -> Projection:
+    """The projection of ``info``; a vectors version whose local collection another
+    process holds (a ``replay`` building it) is waited for, retrying every ``retry_s``
+    seconds, and taken over when that process lets go."""
+    if info.name != "vectors":
+        return svc.stores.projection(info)
+    while not svc.stores.adopt(info.version):
+        log.warning("%s: its collection is held by another process (a replay?); waiting", info.id)
+        time.sleep(retry_s)
+    return svc.stores.projection(info)
 
 
 def _maybe_serve_vectors(svc: Services, name: str, version: int) -> Any:
