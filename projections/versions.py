@@ -230,6 +230,20 @@ def serving(conn: psycopg.Connection, name: str) -> VersionInfo:
     return _info(row)
 
 
+def serving_all(conn: psycopg.Connection) -> dict[str, VersionInfo]:
+    """The serving version of every projection, in one query.
+
+    Raises:
+        VersionError: a projection has no serving version.
+    """
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM projection_versions WHERE state = 'serving'").fetchall()
+    found = {info.name: info for info in map(_info, rows)}
+    missing = [n for n in NAMES if n not in found]
+    if missing:
+        raise VersionError("projection", f"{', '.join(missing)} has no serving version")
+    return found
+
+
 def live(conn: psycopg.Connection, name: str) -> list[VersionInfo]:
     """The versions of ``name`` that workers apply: the serving one first, then the
     previous ones, newest first."""

@@ -165,7 +165,7 @@ class VersionedStores:
     def serving(self) -> dict[str, versions.VersionInfo]:
         """The serving version of every projection, from the registry."""
         with self.pool.connection() as conn:
-            return {name: versions.serving(conn, name) for name in PROJECTION_NAMES}
+            return versions.serving_all(conn)
 
     def live(self, names: Sequence[str]) -> list[Projection]:
         """The projections workers apply now: for each of ``names``, its serving version

@@ -17,6 +17,7 @@ from contracts import EraseMemories, utc_now
 from projections import versions
 from projections.embedding import Embedder, build_embedder
 from projections.errors import VersionError
+from projections.qdrant_client_index import QdrantClientIndex
 from projections.trace import trace
 from tests.builders import PURPOSE, memory_write
 from workers.bootstrap import Services, build
@@ -72,9 +73,9 @@ class Load:
     and a reader thread recalling throughout; ``erase_now`` makes the writer erase the
     victim and report when the live versions applied it."""
 
-    def __init__(self, svc: Services, victim: str, anchor: str) -> None:
+    def __init__(self, svc: Services, victims: tuple[str, str], anchor: str) -> None:
         self.svc = svc
-        self.victim = victim
+        self.victims = victims
         self.anchor = anchor
         self.stop = threading.Event()
         self.erase_now = threading.Event()
@@ -102,13 +103,16 @@ class Load:
             while not self.stop.is_set():
                 if self.erase_now.is_set() and not self.erased.is_set():
                     r = self.svc.ledger.erase(
-                        self.svc.principal(), EraseMemories(subject_id="alice", memory_ids=(self.victim,))
+                        self.svc.principal(), EraseMemories(subject_id="alice", memory_ids=self.victims)
                     )
                     self.erasure_request = r.request_id
                     self.svc.catch_up()
                     self.erased.set()
                 word = f"loadword{n:05d}"
                 mid = write(self.svc, f"Alice noted {word} during the rebuild")
+                # twice: a catch-up that began before a swap may have applied the write to the
+                # version that stopped serving; the next one applies the serving one
+                self.svc.catch_up()
                 self.svc.catch_up()
                 with self.lock:
                     self.applied.append((mid, word))
@@ -128,8 +132,10 @@ class Load:
                     self.failures.append(f"recall {self.recalls}: the anchor memory was not recalled: {anchor}")
                 if latest is not None and latest[0] not in recalled(self.svc, latest[1]):
                     self.failures.append(f"recall {self.recalls}: {latest[1]} (applied) not recalled: stale")
-                if erased_before and self.victim in recalled(self.svc, "locker code zebra"):
-                    self.failures.append(f"recall {self.recalls}: the erased memory was recalled")
+                if erased_before:
+                    for victim, query in zip(self.victims, ("locker code zebra", "gym badge walrus"), strict=True):
+                        if victim in recalled(self.svc, query):
+                            self.failures.append(f"recall {self.recalls}: erased memory {query!r} was recalled")
                 self.recalls += 1
         except Exception as exc:  # reported by the test
             self.failures.append(f"reader: {exc!r}")
@@ -137,20 +143,21 @@ class Load:
 
 def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire(svc: Services) -> None:
     anchor = write(svc, "Alice boils water in a copper tea kettle")
-    victim = write(svc, "Alice's locker code is 4471 zebra")
+    victim = write(svc, "Alice's locker code is 4471 zebra")  # version 2 holds it when the erasure comes
     for i in range(150):
         write(svc, f"Alice seeded fact {i} about seedword{i:04d}")
+    late_victim = write(svc, "Alice's gym badge is 5532 walrus")  # version 2 meets it after the erasure
     svc.catch_up()
-    assert victim in recalled(svc, "locker code zebra")
+    assert victim in recalled(svc, "locker code zebra") and late_victim in recalled(svc, "gym badge walrus")
     assert state_of(svc, "facts") == {1: "serving"}
     assert "facts_v1" in view_source(svc, "facts")
 
-    with Load(svc, victim, anchor) as load:
+    with Load(svc, (victim, late_victim), anchor) as load:
         seen: list[RebuildProgress] = []
 
         def progress(p: RebuildProgress) -> None:
             seen.append(p)
-            if p.position * 2 >= p.end and not load.erase_now.is_set():  # half way: erase, and wait for it
+            if p.position * 2 >= p.end and not load.erase_now.is_set():  # half way: erase, wait until applied
                 load.erase_now.set()
                 assert load.erased.wait(30), "the writer did not apply the erasure"
                 mid_rebuild.append(p.position)
@@ -158,12 +165,12 @@ def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire
 
         mid_rebuild: list[int] = []
         time.sleep(0.3)
-        result = rebuild(svc, "facts", 2, progress=progress)
+        result = rebuild(svc, "facts", 2, progress=progress, batch_size=16)
         time.sleep(0.5)  # recall right after the swap too
     assert load.failures == [], load.failures[:5]
     assert load.recalls > 5 and len(load.applied) > 5
     assert mid_rebuild and mid_rebuild[0] < seen[-1].end, "the erasure came before the rebuild reached the end"
-    assert seen[-1].lag == 0 and all(p.rate >= 0 and p.end >= p.position for p in seen)
+    assert len(seen) > 5 and all(p.rate >= 0 and p.end >= p.position for p in seen)
     assert (result.serving, result.previous) == (2, 1)
     assert state_of(svc, "facts") == {1: "previous", 2: "serving"}
     assert "facts_v2" in view_source(svc, "facts") and "summaries_v1" in view_source(svc, "summaries")
@@ -174,8 +181,13 @@ def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire
         v1 = rows(svc, f"SELECT * FROM {table}_v1 ORDER BY 1, 2")
         v2 = rows(svc, f"SELECT * FROM {table}_v2 ORDER BY 1, 2")
         assert v1 == v2, table
-    assert rows(svc, "SELECT count(*) FROM facts_v2 WHERE memory_id = %s OR content LIKE '%%zebra%%'", victim) == [(0,)]
-    assert victim not in recalled(svc, "locker code zebra")
+    for v in (1, 2):
+        assert rows(
+            svc,
+            f"SELECT count(*) FROM facts_v{v} WHERE memory_id = ANY(%s) OR content ~ '(zebra|walrus)'",
+            [victim, late_victim],
+        ) == [(0,)]
+    assert victim not in recalled(svc, "locker code zebra") and late_victim not in recalled(svc, "gym badge walrus")
     assert load.erasure_request is not None
     receipts = rows(
         svc, "SELECT projection FROM erasure_receipts WHERE request_id = %s AND store = 'facts'", load.erasure_request
@@ -282,7 +294,11 @@ def test_vectors_rebuild_with_another_embedder_serves_queries_with_its_model(svc
     assert not svc.recall.recall(svc.principal(), "alice", PURPOSE, "hiking mountains", utc_now()).degraded
     retire(svc, "vectors", 2)
     assert state_of(svc, "vectors") == {1: "serving", 2: "retired"}
-    assert not (Path(svc.settings.data_dir) / "qdrant" / "v2" / "collection" / "memories_v2").exists()
+    local = QdrantClientIndex.for_path(Path(svc.settings.data_dir) / "qdrant" / "v2", "memories_v2")
+    try:
+        assert not local.client.collection_exists("memories_v2")
+    finally:
+        local.close()
 
 
 def test_cache_and_summaries_rebuild_switch_prefix_and_view(svc: Services) -> None:
