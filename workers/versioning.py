@@ -28,9 +28,12 @@ serving version.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
+from urllib.parse import urlparse
 
 import psycopg
 
@@ -38,8 +41,11 @@ from projections import base, versions
 from projections.base import Projection
 from projections.errors import VersionError
 from projections.runner import RetryPolicy
+from projections.vector_index import VectorIndexError
 from projections.versions import EmbedderSpec, VersionInfo
-from workers.bootstrap import Services
+from workers.bootstrap import Services, vector_query_url
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -139,12 +145,14 @@ def rebuild(
     with svc.pool.connection() as conn:
         info = versions.begin_build(conn, name, to_version, spec)
     projection: Projection | None = None
-    if _applies_here(svc, info):
-        applied = _build_here(svc, info, progress, retry, batch_size, started)
-        projection = svc.stores.projection(info)
-    else:
-        applied = _follow_worker(svc, info, progress, wait_s, started)
-    previous, during = swap_to(svc, info, projection, wait_s=wait_s, retry=retry)
+    with ExitStack() as stack:
+        if _applies_here(svc, info):
+            stack.enter_context(_serving_queries(svc, info))
+            applied = _build_here(svc, info, progress, retry, batch_size, started)
+            projection = svc.stores.projection(info)
+        else:
+            applied = _follow_worker(svc, info, progress, wait_s, started)
+        previous, during = swap_to(svc, info, projection, wait_s=wait_s, retry=retry)
     e = info.embedder
     return SwapResult(
         projection=name,
@@ -154,6 +162,31 @@ def rebuild(
         seconds=round(time.monotonic() - started, 3),
         embedder=None if e is None else {"name": e.name, "dim": e.dim, "model": e.model},
     )
+
+
+@contextmanager
+def _serving_queries(svc: Services, info: VersionInfo) -> Iterator[None]:
+    """While this process holds a new vectors version's local collection (distributed
+    mode, no Qdrant server), answer vector queries for it where its worker will
+    (``vector_query_url(settings, N)``), so that recall right after the swap finds it;
+    its worker takes the collection and the port over when this process exits."""
+    if info.name != "vectors" or svc.settings.mode == "embedded" or svc.settings.qdrant_url:
+        yield
+        return
+    from projections.vector_remote import VectorQueryServer
+
+    url = urlparse(vector_query_url(svc.settings, info.version))
+    server = VectorQueryServer(svc.stores.index(info.version), host=url.hostname or "127.0.0.1", port=url.port or 0)
+    try:
+        server.start()
+    except VectorIndexError as exc:  # recall ranks without vectors until its worker answers
+        log.warning("%s: not answering vector queries meanwhile: %s", info.id, exc)
+        yield
+        return
+    try:
+        yield
+    finally:
+        server.stop()
 
 
 def _build_here(
