@@ -103,7 +103,8 @@ class Load:
             while not self.stop.is_set():
                 if self.erase_now.is_set() and not self.erased.is_set():
                     r = self.svc.ledger.erase(
-                        self.svc.principal(), EraseMemories(subject_id="alice", memory_ids=self.victims)
+                        self.svc.principal(),
+                        EraseMemories(subject_id="alice", memory_ids=self.victims, reason="subject asked"),
                     )
                     self.erasure_request = r.request_id
                     self.svc.catch_up()
@@ -159,16 +160,16 @@ def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire
             seen.append(p)
             if p.position * 2 >= p.end and not load.erase_now.is_set():  # half way: erase, wait until applied
                 load.erase_now.set()
-                assert load.erased.wait(30), "the writer did not apply the erasure"
+                assert load.erased.wait(30), f"the writer did not apply the erasure: {load.failures}"
                 mid_rebuild.append(p.position)
-            time.sleep(0.01)  # a rebuild slower than the writer, so that they overlap
+            time.sleep(0.05)  # a rebuild slow enough to overlap with many writes and recalls
 
         mid_rebuild: list[int] = []
         time.sleep(0.3)
         result = rebuild(svc, "facts", 2, progress=progress, batch_size=16)
         time.sleep(0.5)  # recall right after the swap too
     assert load.failures == [], load.failures[:5]
-    assert load.recalls > 5 and len(load.applied) > 5
+    assert load.recalls >= 20 and len(load.applied) >= 20
     assert mid_rebuild and mid_rebuild[0] < seen[-1].end, "the erasure came before the rebuild reached the end"
     assert len(seen) > 5 and all(p.rate >= 0 and p.end >= p.position for p in seen)
     assert (result.serving, result.previous) == (2, 1)
@@ -248,7 +249,7 @@ def test_vectors_rebuild_with_another_embedder_serves_queries_with_its_model(svc
     svc.stores.add_embedder("minilm", minilm)
     keep = write(svc, "Alice likes hiking in the mountains on weekends")
     gone = write(svc, "Alice's bank PIN is 9917")
-    svc.ledger.erase(svc.principal(), EraseMemories(subject_id="alice", memory_ids=(gone,)))
+    svc.ledger.erase(svc.principal(), EraseMemories(subject_id="alice", memory_ids=(gone,), reason="subject asked"))
     svc.catch_up()
     before = svc.stores.route()
     assert before.embedder is not None and before.index is not None
