@@ -173,9 +173,12 @@ class FactsProjection(base.TransactionalProjection):
             ensure_schema(conn, self.tables.conflicts, schema_sql(version))
 
     def reset(self) -> None:
+        """Empty this version's tables and forget its positions, for a rebuild in place
+        (the stable views may select from them, so they are truncated, not dropped; a
+        schema change goes into a new version)."""
         with self._pool.connection() as conn, conn.transaction():
-            conn.execute(f"DROP TABLE IF EXISTS {self.table}, {self.history}, {self.tables.conflicts}")
             conn.execute(schema_sql(self.version))
+            conn.execute(f"TRUNCATE {self.table}, {self.history}, {self.tables.conflicts}")
             base.clear_positions(conn, self.id)
 
     def drop(self) -> None:
