@@ -328,3 +328,33 @@ def test_the_worker_supervisor_follows_the_registry(svc: Services) -> None:
     assert desired_children(settings, ["facts"], None) == {("facts", 2)}
     broken = settings.model_copy(update={"postgres_dsn": "postgresql://nobody@127.0.0.1:1/none"})
     assert desired_children(broken, ["facts"], {("facts", 2)}) == {("facts", 2)}
+
+
+def test_an_interrupted_rebuild_resumes_and_blocks_another(svc: Services) -> None:
+    write(svc, "Alice drinks green tea")
+    svc.catch_up()
+    with svc.pool.connection() as conn:
+        building = versions.begin_build(conn, "facts", None, None)  # as if a replay had died
+    assert (building.version, building.state) == (2, "building")
+    with pytest.raises(VersionError, match="facts_v2 is being built"):
+        rebuild(svc, "facts", 3)
+    with pytest.raises(VersionError, match="embedder"):
+        rebuild(svc, "facts", embedder="minilm")
+    assert rebuild(svc, "facts").serving == 2  # resumed
+    assert state_of(svc, "facts") == {1: "previous", 2: "serving"}
+
+
+def test_the_qdrant_alias_moves_in_one_operation(tmp_path: Path) -> None:
+    v1 = QdrantClientIndex.for_path(tmp_path / "q", "memories_v1")
+    v2 = QdrantClientIndex(v1.client, "memories_v2")  # same engine, another collection
+    try:
+        v1.ensure_collection(4)
+        v2.ensure_collection(8)
+        v1.point_alias(versions.VECTOR_ALIAS)
+        assert v1.client.get_collection(versions.VECTOR_ALIAS).config.params.vectors.size == 4  # type: ignore[union-attr]
+        v2.point_alias(versions.VECTOR_ALIAS)
+        aliases = v1.client.get_aliases().aliases
+        assert [(a.alias_name, a.collection_name) for a in aliases] == [("memories", "memories_v2")]
+    finally:
+        v2.close()
+        v1.close()
