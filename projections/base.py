@@ -77,6 +77,10 @@ class Projection(Protocol):
         """Drop and recreate the projection's storage and positions (for a rebuild)."""
         ...
 
+    def drop(self) -> None:
+        """Drop the projection's storage and positions (retiring this version)."""
+        ...
+
 
 class PositionedProjection:
     """What every projection shares: its id, and positions stored in Postgres.

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from projections.conflicts import Conflict, list_conflicts
-from projections.facts import FactsTables
+from projections.facts import STABLE
 from workers.cliutil import emit, project_if_embedded, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -174,7 +174,7 @@ def conflicts(
     with services(own_vectors=False, projections=("facts",)) as svc:
         svc.principal().require("read", subject)
         project_if_embedded(svc)
-        found = list_conflicts(svc.pool, FactsTables(1), subject, include_resolved=include_resolved)
+        found = list_conflicts(svc.pool, STABLE, subject, include_resolved=include_resolved)
     emit(as_json, [c.to_dict() for c in found], lambda: render_conflicts(found, subject))
 
 

@@ -9,7 +9,7 @@ import typer
 
 from ledger.service import new_id
 from projections.erasure_report import erasure_report
-from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
+from projections.tombstones import STORES, reapply_tombstones
 from workers.cliutil import emit, parse_time, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -61,7 +61,7 @@ def reapply_tombstones_cmd(
     own_vectors = "vectors" in stores or None  # the index is purged here, not through its owner
     with services(own_vectors=own_vectors, projections=()) as svc:
         svc.principal().require("erase", "*")  # purging spans every subject
-        targets = PurgeTargets(index=svc.index, cache=svc.cache)
+        targets = svc.purge_targets()
         result = reapply_tombstones(svc.pool, stores, targets, run_id="rt-" + new_id())
     emit(as_json, result.to_dict(), result.render)
 

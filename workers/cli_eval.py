@@ -21,7 +21,7 @@ eval_app = typer.Typer(
 
 
 def _wait_for_workers(svc: Services, timeout_s: float) -> None:
-    """Block until every projection's stored position is at the end of the log.
+    """Block until the serving version of every projection is at the end of the log.
 
     Raises:
         TimeoutError: still behind after ``timeout_s`` seconds.
@@ -34,10 +34,10 @@ def _wait_for_workers(svc: Services, timeout_s: float) -> None:
     while True:
         ends = svc.log.end_offsets()
         behind: dict[str, int] = {}
-        for name in PROJECTION_NAMES:
+        for name, info in svc.stores.serving().items():
             try:
                 with svc.pool.connection() as conn:
-                    done = base.load_positions(conn, f"{name}_v1")
+                    done = base.load_positions(conn, info.id)
             except psycopg.errors.UndefinedTable:  # no worker has started yet
                 done = {}
             behind[name] = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items())
