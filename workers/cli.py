@@ -317,12 +317,13 @@ def sweep(
     )
 
 
-from workers import cli_data, cli_erasure, cli_eval, cli_ops  # noqa: E402  (registers the other commands)
+from workers import cli_data, cli_erasure, cli_eval, cli_ops, cli_verify  # noqa: E402  (registers the other commands)
 
 cli_ops.register(app)
 cli_data.register(app)
 cli_eval.register(app)
 cli_erasure.register(app)
+cli_verify.register(app)
 
 _USER_ERRORS = (
     LedgerError,
