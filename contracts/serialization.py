@@ -137,6 +137,7 @@ def evolved(
 
     Process-wide and not thread-safe: meant for tests and one-off migration tools, not
     for a running service (which gets its models and upcasters from the code itself).
+    Events encoded inside the block should be instances of the evolved models.
     """
     global _active
     previous = _active

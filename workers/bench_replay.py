@@ -49,7 +49,7 @@ def _command(n: int) -> MemoryWrite:
             "kind": "preference" if keyed else "fact",
             "purpose": "bench",
             "scope": {"type": "subject", "id": subject},
-            "key": f"setting-{n % 3}" if keyed else None,
+            "key": f"setting-{(n // 200) % 2}" if keyed else None,
             "content": f"Replay memory {n}: the user mentioned project {n % 97} and a deadline in week {n % 52}.",
             "provenance": {"writer": "bench", "written_at": utc_now(), "turn_id": f"r-{n}"},
         }
