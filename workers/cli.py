@@ -320,13 +320,21 @@ def sweep(
     )
 
 
-from workers import cli_data, cli_erasure, cli_eval, cli_ops, cli_versions  # noqa: E402  (registers the other commands)
+from workers import (  # noqa: E402  (registers the other commands)
+    cli_data,
+    cli_erasure,
+    cli_eval,
+    cli_ops,
+    cli_verify,
+    cli_versions,
+)
 
 cli_ops.register(app)
 cli_versions.register(app)
 cli_data.register(app)
 cli_eval.register(app)
 cli_erasure.register(app)
+cli_verify.register(app)
 
 _USER_ERRORS = (
     LedgerError,

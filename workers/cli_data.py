@@ -96,14 +96,19 @@ def bench_all(
     rate: Annotated[float, typer.Option(help="steady write rate for the lag benchmark, events/s")] = 200.0,
     seconds: Annotated[float, typer.Option(help="duration of the lag benchmark, s")] = 30.0,
     embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
+    replay_events: Annotated[int, typer.Option(help="events for the replay benchmark (0: skip it)")] = 100_000,
+    replay_embedder: Annotated[str, typer.Option(help="embedder of the replay benchmark")] = "hashing",
     as_json: JsonOpt = False,
 ) -> None:
-    """Append throughput, projection lag and LoCoMo recall on Kafka, PostgreSQL and Redis
-    (addresses from MEMLEDGER_TEST_*, as `deploy/services.sh env` prints them)."""
+    """Append throughput, projection lag, LoCoMo recall and replay speed on Kafka,
+    PostgreSQL and Redis (addresses from MEMLEDGER_TEST_*, as `deploy/services.sh env`
+    prints them)."""
     import json
     import tempfile
 
     from workers.bench import BenchTargets, bench_append, bench_environment, bench_lag, bench_locomo
+    from workers.bench_replay import bench_replay
+    from workers.bench_replay import render as render_replay
 
     targets = BenchTargets.from_env()
     if not locomo.is_file():
@@ -116,6 +121,8 @@ def bench_all(
             out["lag"] = bench_lag(env, rate, seconds, progress)
         with bench_environment(targets, Path(tmp), embedder) as env:
             out["locomo"] = bench_locomo(env, locomo, progress)
+        if replay_events > 0:
+            out["replay"] = bench_replay(targets, Path(tmp), replay_events, batch, replay_embedder, progress)
     if as_json:
         locomo_out = dict(out["locomo"])
         locomo_out.pop("recall_text", None)
@@ -132,6 +139,29 @@ def bench_all(
     )
     print(f"LoCoMo through Kafka: ingest + projection {lo['ingest_and_projection_s']} s")
     print(lo["recall_text"])
+    if "replay" in out:
+        print(render_replay(out["replay"]))
+
+
+def bench_replay_cmd(
+    events: Annotated[int, typer.Option(help="events to produce and replay (at least)")] = 100_000,
+    batch: Annotated[int, typer.Option(help="commands per ledger batch")] = 500,
+    embedder: Annotated[str, typer.Option(help="embedder of the vectors projection: hashing (default) or minilm")] = (
+        "hashing"
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay speed of facts alone and of all four projections from a Kafka topic, next to
+    a raw kafka-python consumer reading the same topic (addresses from MEMLEDGER_TEST_*)."""
+    import tempfile
+
+    from workers.bench import BenchTargets
+    from workers.bench_replay import bench_replay, render
+
+    targets = BenchTargets.from_env()
+    with tempfile.TemporaryDirectory(prefix="memledger-bench-") as tmp, progress_bar(not as_json) as progress:
+        out = bench_replay(targets, Path(tmp), events, batch, embedder, progress)
+    emit(as_json, out, lambda: render(out))
 
 
 def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
@@ -184,4 +214,5 @@ def register(app: typer.Typer) -> None:
     app.command("ingest-locomo")(ingest_locomo)
     bench_app.command("recall-locomo")(bench_recall_locomo)
     bench_app.command("all")(bench_all)
+    bench_app.command("replay")(bench_replay_cmd)
     app.add_typer(bench_app, name="bench")
