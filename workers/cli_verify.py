@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -40,7 +40,7 @@ def verify(
                     verify_vectors(svc.pool, svc.keyring, svc.log, route.index, route.embedder, version, progress)
                 )
             else:
-                table = "facts" if n == "facts" else "summaries"
+                table: Literal["facts", "summaries"] = "facts" if n == "facts" else "summaries"
                 reports.append(verify_postgres(svc.pool, svc.keyring, svc.log, table, version, progress))
     if as_json:
         print(json.dumps({"ok": all(r.ok for r in reports), "projections": [r.to_dict() for r in reports]}, indent=2))
