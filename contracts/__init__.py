@@ -9,6 +9,7 @@ from contracts.events import (
     EVENT_ADAPTER,
     EVENT_TYPES,
     SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
     ConflictDetected,
     ConsentRevoked,
     Envelope,
@@ -26,13 +27,14 @@ from contracts.events import (
     touched_memories,
 )
 from contracts.memory import MemoryBody, Provenance, Retention, Scope, SealedText
-from contracts.serialization import decode_event, describe_validation_error, encode_event
+from contracts.serialization import decode_event, describe_validation_error, encode_event, evolved
 from contracts.types import VERACITY_CONFIDENCE, utc_now
 
 __all__ = [
     "EVENT_ADAPTER",
     "EVENT_TYPES",
     "SCHEMA_VERSION",
+    "SCHEMA_VERSIONS",
     "VERACITY_CONFIDENCE",
     "ConflictDetected",
     "ConsentRevoked",
@@ -63,6 +65,7 @@ __all__ = [
     "decode_event",
     "describe_validation_error",
     "encode_event",
+    "evolved",
     "touched_memories",
     "utc_now",
 ]

@@ -12,11 +12,14 @@ class UnknownEventError(ContractError):
 
     Attributes:
         reason: a one-line human-readable explanation (what field, what rule).
+        event_type: the ``type`` the record claims, when it is a JSON object with a
+            string ``type`` (a reader must not dead-letter an erasure it cannot read).
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, event_type: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.event_type = event_type
 
 
 class UpcastError(ContractError):

@@ -20,12 +20,14 @@ from contracts.memory import Frozen, MemoryBody, Provenance, Scope, SealedText
 from contracts.types import Kind, MemoryId, MemoryStatus, NonEmptyStr, UtcDatetime
 
 SCHEMA_VERSION = 1
-"""The current schema version of every event type."""
+"""The first schema version of every event type. Versions are per type: the current one
+of each type is its model's ``schema_version`` default, collected in ``SCHEMA_VERSIONS``."""
 
 
 class Envelope(Frozen):
     """Fields every event has. ``schema_version`` is the version of the event's own
-    type; older versions are upcast on read (``contracts.upcasting``)."""
+    type (each type evolves on its own: a type's model sets its current version as the
+    field's default); older versions are upcast on read (``contracts.upcasting``)."""
 
     event_id: NonEmptyStr
     schema_version: int = Field(default=SCHEMA_VERSION, ge=1)
@@ -206,6 +208,15 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     RetentionExpired,
     ErasureRequested,
 )
+
+
+def model_versions(models: tuple[type[Envelope], ...]) -> dict[str, int]:
+    """``{type name: current schema_version}`` of event models (their field defaults)."""
+    return {str(m.model_fields["type"].default): int(m.model_fields["schema_version"].default) for m in models}
+
+
+SCHEMA_VERSIONS: dict[str, int] = model_versions(EVENT_TYPES)
+"""The current schema version of each event type (all 1 so far)."""
 
 
 def touched_memories(event: Event) -> tuple[MemoryRef, ...]:

@@ -249,6 +249,10 @@ class Keyring:
         )
         return cur.rowcount
 
+    def key_exists(self, conn: psycopg.Connection, key_id: str) -> bool:
+        """True when a row for ``key_id`` exists (live or destroyed)."""
+        return conn.execute("SELECT 1 FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone() is not None
+
     def is_destroyed(self, conn: psycopg.Connection, key_id: str) -> bool:
         """True when ``key_id`` exists and was destroyed."""
         row = conn.execute("SELECT wrapped_key IS NULL FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone()

@@ -45,7 +45,7 @@ from contracts import (
     encode_event,
     utc_now,
 )
-from ledger import dead_letters, erasure, state
+from ledger import admission, dead_letters, erasure, state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 from ledger.eventlog import EventLog, LogPosition
@@ -231,6 +231,10 @@ class Ledger:
             for ref in affected:
                 state.bump(conn, ref.memory_id, ref.revision, "revoked")
                 state.set_fields(conn, ref.memory_id, revoked_at=now)
+            if cmd.consent_ref is not None:
+                state.record_revocation(conn, cmd.subject_id, cmd.consent_ref, now)
+            if cmd.purpose is not None:
+                state.record_revocation(conn, cmd.subject_id, admission.purpose_ref(cmd.purpose), now)
             no_grace = [h.memory_id for h in heads if self.policy.of(h.sensitivity).consent_grace_days == 0]
             self._destroy_keys(conn, no_grace, now)
             event = ConsentRevoked(
@@ -301,6 +305,10 @@ class Ledger:
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
             if head.status not in state.HOLDING_STATUSES:
                 raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} is {head.status}: it holds no text")
+            if head.expires_at is not None and head.expires_at <= now:
+                raise InvalidCommandError(
+                    "memory_id", f"memory {cmd.memory_id!r} expired at {head.expires_at.isoformat()}"
+                )
             revision = head.revision + 1
             key_id = f"{cmd.memory_id}/{revision}"  # a new key: the old text's key is destroyed below
             sealed = self._keyring.seal(conn, subject_id, key_id, replacement)
@@ -422,7 +430,9 @@ class Ledger:
     ) -> tuple[str, list[Event]]:
         """Apply the slot rules to one (policy-checked) write; returns the memory id the
         write ended in and its events, in log order."""
-        cmd = self._check_sources(conn, cmd, now)
+        if cmd.kind == "summary" and cmd.key is not None:
+            raise InvalidCommandError("key", "a summary has no key: it restates its sources, it is no slot's answer")
+        admission.admit(conn, cmd, now)
         if cmd.kind != "summary" and not explicit:
             same = state.find_statement(
                 conn,
@@ -434,6 +444,7 @@ class Ledger:
                 now,
                 cmd.sensitivity,
                 cmd.provenance.consent_ref,
+                cmd.retention.expires_at,
             )
             if same is not None:
                 return same.memory_id, self._reinforce(conn, same, cmd, now, corr)
@@ -679,24 +690,6 @@ class Ledger:
             "correlation_id": correlation_id,
             "causation_id": causation_id,
         }
-
-    def _check_sources(self, conn: psycopg.Connection, cmd: MemoryWrite, now: datetime) -> MemoryWrite:
-        """Refuse sources that are unknown, of another subject, or no longer usable (a
-        summary needs ``active`` sources; an inference may also draw on ones awaiting
-        confirmation)."""
-        known = state.lock_heads(conn, cmd.provenance.derived_from) if cmd.provenance.derived_from else {}
-        usable = ("active",) if cmd.kind == "summary" else state.ACTIVE_STATUSES
-        for mid in cmd.provenance.derived_from:
-            if mid not in known or known[mid].subject_id != cmd.subject_id:
-                raise UnknownMemoryError(mid, "provenance.derived_from")
-            head = known[mid]
-            if head.status not in usable:
-                raise InvalidCommandError(
-                    "provenance.derived_from", f"memory {mid!r} is {head.status}: a {cmd.kind} needs usable sources"
-                )
-            if head.expires_at is not None and head.expires_at <= now:
-                raise InvalidCommandError("provenance.derived_from", f"memory {mid!r} expired at {head.expires_at}")
-        return cmd
 
     def _written(
         self,

@@ -76,6 +76,12 @@ ALTER TABLE ledger_memories
     ADD COLUMN IF NOT EXISTS revoked_at       timestamptz,
     ADD COLUMN IF NOT EXISTS keys_destroyed_at timestamptz;
 CREATE INDEX IF NOT EXISTS ledger_memories_slot ON ledger_memories (subject_id, purpose, scope_type, scope_id, key);
+CREATE TABLE IF NOT EXISTS consent_revocations (
+    subject_id   text NOT NULL,
+    consent_ref  text NOT NULL,
+    revoked_at   timestamptz NOT NULL,
+    PRIMARY KEY (subject_id, consent_ref)
+);
 CREATE TABLE IF NOT EXISTS ledger_schema_lifecycle (applied_at timestamptz NOT NULL DEFAULT now());
 """
 
@@ -193,15 +199,29 @@ def find_statement(
     now: datetime,
     sensitivity: str,
     consent_ref: str | None,
+    expires_at: datetime | None,
 ) -> MemoryHead | None:
     """The live memory of this slot (as ``live_in_slot``) that makes the same statement
     (same normalised text, by its keyed fingerprint) under the same sensitivity class and
-    consent, locked; ``None`` if there is none."""
+    consent, and that does not outlive ``expires_at``, locked; ``None`` if there is none."""
     heads = heads_where(
         conn,
         subject_id,
-        _LIVE_IN_SLOT + " AND statement_hmac = %s AND sensitivity = %s AND consent_ref IS NOT DISTINCT FROM %s",
-        (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, now, statement_hmac, sensitivity, consent_ref),
+        _LIVE_IN_SLOT + " AND statement_hmac = %s AND sensitivity = %s AND consent_ref IS NOT DISTINCT FROM %s"
+        " AND (%s::timestamptz IS NULL OR (expires_at IS NOT NULL AND expires_at <= %s))",
+        (
+            list(ACTIVE_STATUSES),
+            purpose,
+            scope.type,
+            scope.id,
+            key,
+            now,
+            statement_hmac,
+            sensitivity,
+            consent_ref,
+            expires_at,
+            expires_at,
+        ),
     )
     return heads[0] if heads else None
 
@@ -295,6 +315,24 @@ def set_fields(conn: psycopg.Connection, memory_id: str, **values: object) -> No
     columns = ", ".join(f"{name} = %s" for name in values)
     params = [Jsonb(v.model_dump(mode="json")) if isinstance(v, SealedText) else v for v in values.values()]
     conn.execute(f"UPDATE ledger_memories SET {columns} WHERE memory_id = %s", (*params, memory_id))
+
+
+def record_revocation(conn: psycopg.Connection, subject_id: str, consent_ref: str, at: datetime) -> None:
+    """Remember that the subject withdrew consent ``consent_ref`` (first time wins)."""
+    conn.execute(
+        "INSERT INTO consent_revocations (subject_id, consent_ref, revoked_at) VALUES (%s, %s, %s)"
+        " ON CONFLICT DO NOTHING",
+        (subject_id, consent_ref, at),
+    )
+
+
+def revoked_at(conn: psycopg.Connection, subject_id: str, consent_ref: str) -> datetime | None:
+    """When the subject withdrew consent ``consent_ref``, or ``None``."""
+    row = conn.execute(
+        "SELECT revoked_at FROM consent_revocations WHERE subject_id = %s AND consent_ref = %s",
+        (subject_id, consent_ref),
+    ).fetchone()
+    return None if row is None else row[0]
 
 
 def mark_keys_destroyed(conn: psycopg.Connection, memory_ids: Sequence[str], at: datetime) -> None:

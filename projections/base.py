@@ -11,6 +11,7 @@ between the two re-applies harmlessly (DESIGN.md, invariant 2).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -76,6 +77,10 @@ class Projection(Protocol):
 
     def reset(self) -> None:
         """Drop and recreate the projection's storage and positions (for a rebuild)."""
+        ...
+
+    def drop(self) -> None:
+        """Drop the projection's storage and positions (retiring this version)."""
         ...
 
 
@@ -238,6 +243,7 @@ class ContentAccess:
     pool: ConnectionPool
     keyring: Keyring
     topic_tombstones: TombstoneSet | None = None
+    missing_key_wait_s: float = 10.0
 
     def open(self, memory_id: str, sealed: SealedText, conn: psycopg.Connection | None = None) -> str | None:
         """The clear text, or ``None`` if the memory is erased (tombstone or key gone)."""
@@ -256,10 +262,27 @@ class ContentAccess:
 
     def _open(self, conn: psycopg.Connection, memory_id: str, sealed: SealedText) -> str | None:
         try:
-            return self.keyring.open(conn, sealed)
+            text = self.keyring.open(conn, sealed)
+            if text is None and not self.keyring.key_exists(conn, sealed.key_id):
+                text = self._await_key(conn, memory_id, sealed)
+            return text
         except CorruptContentError as exc:
             log.error("memory %s: content skipped: %s", memory_id, exc)
             return None
+
+    def _await_key(self, conn: psycopg.Connection, memory_id: str, sealed: SealedText) -> str | None:
+        """The ledger appends an event inside the transaction that creates its data key,
+        so a fast projection can read the event a moment before the key row commits. A
+        key row that is missing (not destroyed) is waited for, up to ``missing_key_wait_s``
+        seconds; if it never appears (the ledger's transaction failed after the append),
+        the text is unreadable and the projection goes on without it."""
+        deadline = time.monotonic() + self.missing_key_wait_s
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            if self.keyring.key_exists(conn, sealed.key_id):
+                return self.keyring.open(conn, sealed)
+        log.error("memory %s: data key %s never appeared; content skipped", memory_id, sealed.key_id)
+        return None
 
     def is_tombstoned(self, memory_id: str, conn: psycopg.Connection) -> bool:
         """True when the memory was erased (by either registry)."""

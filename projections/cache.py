@@ -133,6 +133,10 @@ class CacheProjection(base.PositionedProjection):
         with self._pool.connection() as conn, conn.transaction():
             base.clear_positions(conn, self.id)
 
+    def drop(self) -> None:
+        """Delete every key under this version's prefix and its positions (retiring it)."""
+        self.reset()
+
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
         """Invalidate each touched subject once, then store receipts and positions."""
         todo = self.pending(items)

@@ -37,3 +37,14 @@ class UnknownRequestError(ProjectionError):
     def __init__(self, request_id: str) -> None:
         super().__init__(f"request_id: no erasure request {request_id!r} is known")
         self.request_id = request_id
+
+
+class VersionError(ProjectionError):
+    """A refused change to the projection version registry (``field``: the argument,
+    the message gives the rule), e.g. a rebuild to a version that exists, a rollback
+    with no previous version, retiring the serving version."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule

@@ -43,24 +43,34 @@ FTS_CONFIG = "english"
 
 @dataclass(frozen=True)
 class FactsTables:
-    """The table names of facts version ``version``."""
+    """The table names of facts version ``version``; ``version=None`` names the stable
+    views (``facts``, ``facts_history``, ``facts_conflicts``) over the serving version,
+    which is what readers use (:mod:`projections.versions`)."""
 
-    version: int = 1
+    version: int | None = 1
+
+    @property
+    def _suffix(self) -> str:
+        return "" if self.version is None else f"_v{self.version}"
 
     @property
     def facts(self) -> str:
         """Current state, one row per memory: ``facts_vN``."""
-        return f"facts_v{self.version}"
+        return f"facts{self._suffix}"
 
     @property
     def history(self) -> str:
         """Content-free history, one row per (memory, revision): ``facts_history_vN``."""
-        return f"facts_history_v{self.version}"
+        return f"facts_history{self._suffix}"
 
     @property
     def conflicts(self) -> str:
         """One row per ``ConflictDetected``: ``facts_conflicts_vN``."""
-        return f"facts_conflicts_v{self.version}"
+        return f"facts_conflicts{self._suffix}"
+
+
+STABLE = FactsTables(None)
+"""The stable views readers go through."""
 
 
 def schema_sql(version: int) -> str:
@@ -163,9 +173,19 @@ class FactsProjection(base.TransactionalProjection):
             ensure_schema(conn, self.tables.conflicts, schema_sql(version))
 
     def reset(self) -> None:
+        """Empty this version's tables and forget its positions, for a rebuild in place
+        (the stable views may select from them, so they are truncated, not dropped; a
+        schema change goes into a new version)."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(schema_sql(self.version))
+            conn.execute(f"TRUNCATE {self.table}, {self.history}, {self.tables.conflicts}")
+            base.clear_positions(conn, self.id)
+
+    def drop(self) -> None:
+        """Drop this version's tables and positions (retiring it; erasure receipts stay).
+        Raises psycopg errors, e.g. while a stable view still selects from them."""
         with self._pool.connection() as conn, conn.transaction():
             conn.execute(f"DROP TABLE IF EXISTS {self.table}, {self.history}, {self.tables.conflicts}")
-            conn.execute(schema_sql(self.version))
             base.clear_positions(conn, self.id)
 
     def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:

@@ -253,6 +253,26 @@ class QdrantClientIndex:
         with self._engine("count"):
             return self.client.count(self.collection, exact=True).count
 
+    def point_alias(self, alias: str) -> None:
+        """Make ``alias`` name this collection, in ONE ``update_collection_aliases`` call
+        (delete the alias, create it again: Qdrant applies the list atomically, so a reader
+        of the alias sees the old collection or this one, never neither).
+
+        Raises:
+            VectorIndexError: the collection does not exist or the engine refused.
+        """
+        with self._engine("point_alias"):
+            current = {a.alias_name for a in self.client.get_aliases().aliases}
+            ops: list[models.AliasOperations] = []
+            if alias in current:
+                ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
+            ops.append(
+                models.CreateAliasOperation(
+                    create_alias=models.CreateAlias(collection_name=self.collection, alias_name=alias)
+                )
+            )
+            self.client.update_collection_aliases(change_aliases_operations=ops)
+
     def drop_collection(self) -> None:
         """Delete the collection and its points; no-op if absent."""
         with self._engine("drop_collection"):

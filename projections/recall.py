@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -37,7 +37,7 @@ from projections.evidence import RecallItem, group_summaries, item_from_row, one
 from projections.facts import FactsTables
 from projections.vector_index import VectorFilter, VectorIndex, VectorIndexError
 
-__all__ = ["CACHE_NOW_WINDOW_S", "Recall", "RecallItem", "RecallResult", "rrf"]
+__all__ = ["CACHE_NOW_WINDOW_S", "Recall", "RecallItem", "RecallResult", "ServingStores", "rrf"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,17 @@ FACTS_V1 = FactsTables(1)
 
 RANKERS = ("fts", "vector", "summary_fts")
 """Ranker names, in the order of the rankings fused (``RecallItem.matched_by``)."""
+
+
+@dataclass(frozen=True)
+class ServingStores:
+    """The stores of the serving versions that recall reads besides the Postgres views:
+    the vector collection with the embedder that built it (queries must be embedded with
+    the model of the collection read), and the cache of the serving cache version."""
+
+    index: VectorIndex | None
+    embedder: Embedder | None
+    cache: RecallCache | None
 
 
 @dataclass(frozen=True)
@@ -74,10 +85,12 @@ _SUMMARY_FILTER_SQL = """
   f.subject_id = %(subject)s AND f.purpose = %(purpose)s AND (f.scope_type || ':' || f.scope_id) = ANY(%(scopes)s)
   AND (f.expires_at IS NULL OR f.expires_at > %(now)s)
   AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.memory_id = f.memory_id)
-  AND NOT EXISTS (SELECT 1 FROM {facts} src WHERE src.memory_id = ANY(f.derived_from) AND src.expires_at <= %(now)s)
+  AND NOT EXISTS (SELECT 1 FROM {facts} src WHERE src.memory_id = ANY(f.derived_from)
+                  AND (src.status <> 'active' OR src.expires_at <= %(now)s))
 """
-"""A summary restating a source that has expired at ``now`` is not recalled, swept or not
-(``{facts}``: the facts table of the sources)."""
+"""A summary is recalled only while every source it has in the facts table is active and
+not expired at ``now`` (swept or not): a summary of a disputed, unconfirmed or expired
+claim is no evidence (``{facts}``: the facts table of the sources)."""
 
 _SUMMARY_COLUMNS = """
   f.memory_id, f.subject_id, 'summary' AS kind, f.content, 'active' AS status, f.confirmed, f.confidence, f.key,
@@ -92,6 +105,10 @@ class Recall:
 
     ``uncacheable``: sensitivity classes whose presence in a result (grouped items
     included) keeps the whole result out of Redis.
+
+    ``route``: called once per recall, returns the stores of the versions serving now
+    (:mod:`projections.versions`); without it ``index``, ``embedder`` and ``cache`` are
+    used as given. ``facts`` and ``summaries_table`` name the tables or stable views read.
     """
 
     def __init__(
@@ -105,11 +122,11 @@ class Recall:
         candidates: int = 50,
         rrf_k: int = 60,
         uncacheable: frozenset[str] = frozenset({"restricted"}),
+        route: Callable[[], ServingStores] | None = None,
     ) -> None:
         self._pool = pool
-        self._index = index
-        self._embedder = embedder
-        self._cache = cache
+        self._fixed = ServingStores(index, embedder, cache)
+        self._route = route
         self._facts = facts
         self._summary_filter = _SUMMARY_FILTER_SQL.format(facts=facts.facts)
         self._summaries = summaries_table
@@ -166,38 +183,45 @@ class Recall:
         }
         params = {"subject": subject_id, "purpose": purpose, "statuses": statuses, "scopes": scopes, "now": now}
         degraded: list[str] = []
+        stores = self._route() if self._route is not None else self._fixed
+        cache = stores.cache
         cache_key = generation = None
         # the cache answers only for "now" queries: a result computed at another time would
         # be wrong at this one
-        if self._cache is not None and abs((now - utc_now()).total_seconds()) <= CACHE_NOW_WINDOW_S:
+        if cache is not None and abs((now - utc_now()).total_seconds()) <= CACHE_NOW_WINDOW_S:
             try:
-                cache_key = self._cache.entry_key(subject_id, request)
-                hit = self._cache.get(cache_key)
+                cache_key = cache.entry_key(subject_id, request)
+                hit = cache.get(cache_key)
                 if hit is not None:
                     return RecallResult(self._revalidate(hit, params), cached=True)
-                generation = self._cache.generation(subject_id)
+                generation = cache.generation(subject_id)
             except RedisError as exc:
                 log.warning("recall without cache: %s", exc)
                 degraded.append("cache")
                 cache_key = generation = None
         rankings = [self._fts(self._facts.facts, _FILTER_SQL, query, params)]
-        rankings.append(self._vector_ranking(query, params, degraded))
+        rankings.append(self._vector_ranking(stores, query, params, degraded))
         if include_summaries:
             rankings.append(self._fts(self._summaries, self._summary_filter, query, params))
         fused = rrf(rankings, self._rrf_k)
         top = sorted(fused, key=lambda m: (-fused[m], m))
         items = self._items(top, {m: (fused[m], _matched(m, rankings)) for m in top}, params)
         items = group_summaries(one_per_key(items))[:k]
-        if self._cache is not None and cache_key is not None and generation is not None and not degraded:
+        if cache is not None and cache_key is not None and generation is not None and not degraded:
             try:
-                self._store(subject_id, cache_key, generation, items, now)
+                self._store(cache, subject_id, cache_key, generation, items, now)
             except RedisError as exc:
                 log.warning("recall result not cached: %s", exc)
         return RecallResult(items, degraded=degraded)
 
-    def _vector_ranking(self, query: str, params: dict[str, Any], degraded: list[str]) -> list[str]:
-        """Memory ids by vector similarity ([] without an index, or when it fails)."""
-        if self._index is None or self._embedder is None:
+    def _vector_ranking(
+        self, stores: ServingStores, query: str, params: dict[str, Any], degraded: list[str]
+    ) -> list[str]:
+        """Memory ids by vector similarity ([] without an index, or when it fails). The
+        query is embedded with the embedder of the collection searched; a point made by
+        another model (its payload ``model``) is never ranked."""
+        index, embedder = stores.index, stores.embedder
+        if index is None or embedder is None:
             return []
         flt = VectorFilter(
             subject_id=params["subject"],
@@ -206,13 +230,22 @@ class Recall:
             scope_keys=tuple(params["scopes"]),
             not_expired_at=params["now"].timestamp(),
         )
-        vector = self._embedder.embed([query])[0]
+        vector = embedder.embed([query])[0]
         try:
-            return [h.memory_id for h in self._index.search(vector, flt, self._candidates)]
+            hits = index.search(vector, flt, self._candidates)
         except VectorIndexError as exc:
             log.warning("recall without vectors: %s", exc)
             degraded.append("vectors")
             return []
+        foreign = [h.memory_id for h in hits if h.payload.get("model", embedder.model_name) != embedder.model_name]
+        if foreign:
+            log.error(
+                "recall: %d points of %s were made by another model than %s",
+                len(foreign),
+                index.collection,
+                embedder.model_name,
+            )
+        return [h.memory_id for h in hits if h.memory_id not in foreign]
 
     def _items(
         self, ids: list[str], ranked: dict[str, tuple[float, list[str]]], params: dict[str, Any]
@@ -266,17 +299,18 @@ class Recall:
             rows = conn.execute(sql, {**params, "query": query, "limit": self._candidates}).fetchall()
         return [r[0] for r in rows]
 
-    def _store(self, subject_id: str, key: str, generation: str, items: list[RecallItem], now: datetime) -> None:
-        assert self._cache is not None
+    def _store(
+        self, cache: RecallCache, subject_id: str, key: str, generation: str, items: list[RecallItem], now: datetime
+    ) -> None:
         members = [m for i in items for m in i.members()]
         if any(m.sensitivity in self._uncacheable for m in members):
             return  # results holding an uncacheable sensitivity class are never cached
-        ttl_s = self._cache.default_ttl_s
+        ttl_s = cache.default_ttl_s
         for member in members:
             if member.expires_at is not None:
                 ttl_s = min(ttl_s, datetime.fromisoformat(member.expires_at).timestamp() - now.timestamp())
         if math.isfinite(ttl_s):
-            self._cache.put(subject_id, key, generation, [asdict(i) for i in items], ttl_s)
+            cache.put(subject_id, key, generation, [asdict(i) for i in items], ttl_s)
 
 
 def _matched(memory_id: str, rankings: Sequence[Sequence[str]]) -> list[str]:

@@ -2,7 +2,10 @@
 apply the rest in order with retries.
 
 A record that is not a valid event goes to the dead-letter queue with its partition,
-offset and reason, and the projection moves past it (invariant 6). A record that is a
+offset and reason, and the projection moves past it (invariant 6), except a record that
+claims to be an ``ErasureRequested``: one this reader cannot decode (malformed, or of a
+schema version it cannot upcast) stops the projection with ``ProjectionStalledError``
+instead, since an erasure is never skipped (invariant 3). A record that is a
 valid event is never skipped: when its store fails, it is retried with exponential
 backoff, and if ``max_attempts`` runs out the projection stops with
 ``ProjectionStalledError`` (invariant 3: an erasure is never skipped or dead-lettered).
@@ -67,6 +70,11 @@ class ProjectionRunner:
             except UnknownEventError as exc:
                 self._with_retry(pending)
                 pending = []
+                if exc.event_type == "ErasureRequested":
+                    log.error("%s: cannot read the erasure at %s: %s", self.projection.id, record.position, exc.reason)
+                    raise ProjectionStalledError(
+                        self.projection.id, record.partition, record.offset, 1, f"unreadable erasure: {exc.reason}"
+                    ) from exc
                 self._dead_letter(record, exc.reason)
                 continue
             if event.subject_id != record.key:

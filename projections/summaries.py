@@ -85,9 +85,17 @@ class SummariesProjection(base.TransactionalProjection):
             ensure_schema(conn, schema_marker(version), schema_sql(version))
 
     def reset(self) -> None:
+        """Empty this version's table and forget its positions, for a rebuild in place
+        (truncated, not dropped: the stable view may select from it)."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(schema_sql(self.version))
+            conn.execute(f"TRUNCATE {self.table}")
+            base.clear_positions(conn, self.id)
+
+    def drop(self) -> None:
+        """Drop this version's table and positions (retiring it; erasure receipts stay)."""
         with self._pool.connection() as conn, conn.transaction():
             conn.execute(f"DROP TABLE IF EXISTS {self.table}")
-            conn.execute(schema_sql(self.version))
             base.clear_positions(conn, self.id)
 
     def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:

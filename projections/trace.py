@@ -103,6 +103,9 @@ class TraceTargets:
     cache: RecallCache | None = None
     fingerprint: Callable[[str], str] | None = None
     """The ledger's content fingerprint (``Keyring.fingerprint``), to probe cached text."""
+    receipt_projections: tuple[str, ...] | None = None
+    """Projection ids (``facts_v2``, ...) whose receipts count: those of the serving
+    versions, which are the ones probed. ``None``: any projection's receipt counts."""
     dead_letters: Callable[[ErasureScope], DeadLetterProbe] | None = None
     """Probes the DLQ for an erasure's letters; ``None``: no ``dlq`` store in the trace."""
 
@@ -123,12 +126,13 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         if row is None:
             raise UnknownRequestError(request_id)
         subject, kind, ids, hmacs, by, reason, basis, requested_at, part, off = row
+        only = targets.receipt_projections
         receipts = {
             r[0]: r[1:]
             for r in conn.execute(
                 "SELECT store, applied_at, log_partition, log_offset, items_removed FROM erasure_receipts"
-                " WHERE request_id = %s ORDER BY applied_at",
-                (request_id,),
+                " WHERE request_id = %s AND (%s::text[] IS NULL OR projection = ANY(%s::text[])) ORDER BY applied_at",
+                (request_id, None if only is None else list(only), None if only is None else list(only)),
             ).fetchall()
         }
         found: dict[str, int | None] = {

@@ -76,6 +76,12 @@ class VectorsProjection(base.PositionedProjection):
         with self._pool.connection() as conn, conn.transaction():
             base.clear_positions(conn, self.id)
 
+    def drop(self) -> None:
+        """Delete this version's collection and positions (retiring it)."""
+        self._index.drop_collection()
+        with self._pool.connection() as conn, conn.transaction():
+            base.clear_positions(conn, self.id)
+
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
         """Apply events in log order, embedding their texts in one batch; then write
         erasure receipts and store the positions (after the index writes)."""

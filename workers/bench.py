@@ -206,7 +206,10 @@ def wait_caught_up(svc: Services, names: tuple[str, ...], timeout_s: float, prog
         with svc.pool.connection() as conn:
             rows = conn.execute('SELECT projection, partition, "offset" FROM projection_positions').fetchall()
         done = {(p, part): off for p, part, off in rows}
-        applied = min(sum(min(end, done.get((f"{n}_v1", part), -1) + 1) for part, end in ends.items()) for n in names)
+        serving = svc.stores.serving()
+        applied = min(
+            sum(min(end, done.get((serving[n].id, part), -1) + 1) for part, end in ends.items()) for n in names
+        )
         if progress is not None:
             progress("projections catching up", applied, total)
         if applied >= total:
@@ -227,18 +230,21 @@ def bench_lag(env: dict[str, str], rate: float, seconds: float, progress: Progre
         svc.ledger.write(svc.principal(), _command(-1))
         wait_caught_up(svc, ("facts", "vectors"), 120)
 
+        serving = svc.stores.serving()
+        facts_id, vectors_id = serving["facts"].id, serving["vectors"].id
+
         def poll() -> None:
             with svc.pool.connection() as conn:
                 while not stop.is_set():
                     rows = conn.execute(
-                        'SELECT projection, partition, "offset" FROM projection_positions'
-                        " WHERE projection IN ('facts_v1', 'vectors_v1')"
+                        'SELECT projection, partition, "offset" FROM projection_positions WHERE projection IN (%s, %s)',
+                        (facts_id, vectors_id),
                     ).fetchall()
                     now = time.perf_counter()
                     pos = {(p, part): off for p, part, off in rows}
                     for key in [k for k in list(acked) if k not in visible]:
                         part, off = key
-                        if pos.get(("facts_v1", part), -1) >= off and pos.get(("vectors_v1", part), -1) >= off:
+                        if pos.get((facts_id, part), -1) >= off and pos.get((vectors_id, part), -1) >= off:
                             visible[key] = now
                     time.sleep(0.005)
 

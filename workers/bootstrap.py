@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse, urlunparse
 
 from psycopg_pool import ConnectionPool
 
@@ -20,23 +22,27 @@ from ledger.policy import load_policy
 from ledger.principals import Principal, load_principals, resolve_principal
 from ledger.service import Ledger
 from ledger.tombstone_log import TombstoneLog
+from projections import versions
 from projections.base import ContentAccess, Projection
 from projections.cache import CacheProjection, RecallCache
 from projections.embedding import Embedder, build_embedder
-from projections.facts import FactsProjection
-from projections.recall import Recall
+from projections.facts import STABLE, FactsProjection
+from projections.recall import Recall, ServingStores
 from projections.runner import ProjectionRunner, RetryPolicy
 from projections.summaries import SummariesProjection
 from projections.tombstone_registry import TombstoneSet
+from projections.tombstones import PurgeTargets
 from projections.trace import TraceTargets
-from projections.vector_index import VectorIndex
+from projections.vector_index import VectorIndex, VectorIndexError
 from projections.vectors import VectorsProjection
+from projections.versions import EmbedderSpec
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
 
-PROJECTION_NAMES = ("facts", "vectors", "cache", "summaries")
-COLLECTION = "memories_v1"
+PROJECTION_NAMES = versions.NAMES
+COLLECTION = versions.collection_name(1)
+"""The collection of vectors version 1 (version N: ``memories_vN``)."""
 
 DEFAULT_GRANTS = """\
 # Grants of the local operator, written on first use of this data directory.
@@ -46,9 +52,160 @@ grants = [{ subjects = ["*"], actions = ["write", "read", "erase"] }]
 """
 
 
+class VersionedStores:
+    """Builds, once each, the objects of every projection version this process uses:
+    embedders by name, vector indexes and caches by version, projections by (name,
+    version); and resolves from the registry which versions serve and which are live.
+    Thread-safe. ``close`` closes what it opened."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: ConnectionPool,
+        content: ContentAccess,
+        redis_client: Any,
+        own_vectors: bool,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self._content = content
+        self._redis = redis_client
+        self.own_vectors = own_vectors
+        self._adopted: set[int] = set()
+        self._lock = threading.RLock()
+        self._embedders: dict[str, Embedder] = {}
+        self._indexes: dict[int, VectorIndex] = {}
+        self._caches: dict[int, RecallCache] = {}
+        self._projections: dict[tuple[str, int], Projection] = {}
+
+    def embedder(self, name: str) -> Embedder:
+        """The embedder ``name`` (``build_embedder``'s argument), built once."""
+        with self._lock:
+            if name not in self._embedders:
+                self._embedders[name] = build_embedder(name)
+            return self._embedders[name]
+
+    def add_embedder(self, name: str, embedder: Embedder) -> None:
+        """Use ``embedder`` wherever the registry names ``name`` (an embedder built
+        elsewhere: a custom model, or a test's recording wrapper). Call before first use."""
+        with self._lock:
+            self._embedders[name] = embedder
+
+    def owns(self, version: int) -> bool:
+        """Whether this process opens vectors version ``version`` itself (rather than
+        asking its owner over HTTP)."""
+        return self.own_vectors or version in self._adopted
+
+    def adopt(self, version: int) -> bool:
+        """Open vectors version ``version`` in this process from now on, though other
+        versions are owned elsewhere (a rebuild builds its new collection itself); returns
+        False, and leaves it to its owner, when another process holds its local index."""
+        with self._lock:
+            if self.owns(version):
+                return True
+            self._adopted.add(version)
+            self._projections.pop(("vectors", version), None)
+            remote = self._indexes.pop(version, None)
+            if remote is not None:
+                remote.close()
+            try:
+                self.index(version)
+            except VectorIndexError:
+                self._adopted.discard(version)
+                return False
+            return True
+
+    def index(self, version: int) -> VectorIndex:
+        """The vector collection of vectors version ``version``, opened once."""
+        with self._lock:
+            if version not in self._indexes:
+                self._indexes[version] = build_vector_index(self.settings, self.owns(version), version)
+            return self._indexes[version]
+
+    def cache(self, version: int) -> RecallCache:
+        """The recall cache of cache version ``version`` (prefix ``memledger:cache_vN:``)."""
+        with self._lock:
+            if version not in self._caches:
+                self._caches[version] = RecallCache(self._redis, version, default_ttl_s=self.settings.cache_ttl_s)
+            return self._caches[version]
+
+    def projection(self, info: versions.VersionInfo) -> Projection:
+        """The projection of one registered version (built once; creates its storage).
+
+        Raises:
+            ValueError: vectors asked for in a process that does not own the index.
+        """
+        key = (info.name, info.version)
+        with self._lock:
+            if key not in self._projections:
+                self._projections[key] = self._make(info)
+            return self._projections[key]
+
+    def _make(self, info: versions.VersionInfo) -> Projection:
+        v = info.version
+        if info.name == "facts":
+            return FactsProjection(self.pool, self._content, v)
+        if info.name == "summaries":
+            return SummariesProjection(self.pool, self._content, v)
+        if info.name == "cache":
+            return CacheProjection(self.pool, self.cache(v), v)
+        if not self.owns(v):
+            raise ValueError("projection: vectors must run in the process that owns the vector index")
+        assert info.embedder is not None
+        return VectorsProjection(self.pool, self.index(v), self.embedder(info.embedder.name), self._content, v)
+
+    def forget(self, name: str, version: int) -> None:
+        """Drop the cached objects of a retired version (its storage is gone)."""
+        with self._lock:
+            self._projections.pop((name, version), None)
+            if name == "cache":
+                self._caches.pop(version, None)
+            if name == "vectors":
+                index = self._indexes.pop(version, None)
+                if index is not None:
+                    index.close()
+
+    def serving(self) -> dict[str, versions.VersionInfo]:
+        """The serving version of every projection, from the registry."""
+        with self.pool.connection() as conn:
+            return versions.serving_all(conn)
+
+    def live(self, names: Sequence[str]) -> list[Projection]:
+        """The projections workers apply now: for each of ``names``, its serving version
+        and its previous ones (registry order: serving first)."""
+        with self.pool.connection() as conn:
+            infos = [info for name in names for info in versions.live(conn, name)]
+        return [self.projection(info) for info in infos]
+
+    def route(self) -> ServingStores:
+        """The vector collection, its embedder and the cache that serve now (one
+        registry read per call: a swap takes effect on the next recall)."""
+        serving = self.serving()
+        vectors, cache = serving["vectors"], serving["cache"]
+        assert vectors.embedder is not None
+        return ServingStores(
+            index=self.index(vectors.version),
+            embedder=self.embedder(vectors.embedder.name),
+            cache=self.cache(cache.version),
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            for index in self._indexes.values():
+                try:
+                    index.close()
+                except Exception as exc:  # closing must not mask the command's own outcome
+                    log.debug("close failed: %s", exc)
+            self._indexes.clear()
+
+
 @dataclass
 class Services:
-    """Everything a command or worker needs, built once. ``close`` releases it all."""
+    """Everything a command or worker needs, built once. ``close`` releases it all.
+
+    ``projections``, ``index``, ``cache`` and ``embedder`` are the serving versions when
+    it was built; ``catch_up``, ``recall`` and ``trace_targets`` follow the registry
+    (``stores``), so they see a swap made after that."""
 
     settings: Settings
     pool: ConnectionPool
@@ -62,6 +219,7 @@ class Services:
     cache: RecallCache | None
     projections: dict[str, Projection]
     recall: Recall
+    stores: VersionedStores
     _closers: list[Any] = field(default_factory=list)
     tombstone_set: TombstoneSet | None = None
     """Distributed mode: the tombstones of the compacted topic, as projections see them."""
@@ -71,21 +229,31 @@ class Services:
         return resolve_principal(self.principals, principal_id or self.settings.principal)
 
     def runner(self, name: str, retry: RetryPolicy | None = None) -> ProjectionRunner:
+        """A runner of the serving version of ``name`` (as built)."""
         return ProjectionRunner(self.projections[name], self.dlq, retry)
+
+    def runner_for(self, projection: Projection, retry: RetryPolicy | None = None) -> ProjectionRunner:
+        return ProjectionRunner(projection, self.dlq, retry)
+
+    def live_projections(self) -> list[Projection]:
+        """Every version this process applies now: the serving and previous versions of
+        the projections it was built with (a version being built belongs to its rebuild)."""
+        return self.stores.live(list(self.projections))
 
     def catch_up(
         self, progress: Callable[[str, int, int], None] | None = None, retry: RetryPolicy | None = None
     ) -> int:
-        """Run every in-process projection to the end of the log; returns records handled.
-        ``progress(stage, done, total)`` is called after each batch, one stage per projection.
+        """Run every in-process projection version (serving and previous) to the end of
+        the log; returns records handled. ``progress(stage, done, total)`` is called after
+        each batch, one stage per projection version.
 
         Raises:
             ProjectionStalledError: a store stayed down beyond ``retry`` (default: forever).
         """
         handled = 0
-        for name, projection in self.projections.items():
+        for projection in self.live_projections():
             if progress is None:
-                handled += self.runner(name, retry).catch_up(self.log)
+                handled += self.runner_for(projection, retry).catch_up(self.log)
                 continue
             done = projection.positions()
             total = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in self.log.end_offsets().items())
@@ -96,15 +264,41 @@ class Services:
                 count += n
                 progress(stage, count, total)
 
-            handled += self.runner(name, retry).catch_up(self.log, progress=step)
+            handled += self.runner_for(projection, retry).catch_up(self.log, progress=step)
         return handled
 
     def trace_targets(self) -> TraceTargets:
+        """Probe the serving versions (stable views, serving collection and cache) and
+        count their receipts only."""
+        try:
+            route = self.stores.route()
+            index, cache = route.index, route.cache
+        except VectorIndexError as exc:  # the index owner is elsewhere and down: probe what we can
+            log.warning("trace without vectors: %s", exc)
+            index, cache = None, self.stores.cache(self.stores.serving()["cache"].version)
+        serving = self.stores.serving()
         return TraceTargets(
-            index=self.index,
-            cache=self.cache,
+            facts_table=STABLE.facts,
+            history_table=STABLE.history,
+            summaries_table=versions.STABLE_VIEWS["summaries"][0][0],
+            index=index,
+            cache=cache,
             fingerprint=self.keyring.fingerprint,
+            receipt_projections=tuple(info.id for info in serving.values()),
             dead_letters=self._probe_dead_letters,
+        )
+
+    def purge_targets(self) -> PurgeTargets:
+        """The serving versions, for ``reapply_tombstones``: stable views, the serving
+        collection (when this process owns or reaches it) and cache. Previous versions
+        are not purged: retire them, or roll back and purge again."""
+        route = self.stores.route()
+        return PurgeTargets(
+            facts_table=STABLE.facts,
+            history_table=STABLE.history,
+            summaries_table=versions.STABLE_VIEWS["summaries"][0][0],
+            index=route.index,
+            cache=route.cache,
         )
 
     def _probe_dead_letters(self, scope: ErasureScope) -> DeadLetterProbe:
@@ -157,25 +351,37 @@ def _embedded_postgres(data_dir: Path) -> str:
     return str(server.get_uri("postgres"))
 
 
-def build_vector_index(settings: Settings, own_vectors: bool) -> VectorIndex:
-    """The vector index this process should use (see ``Settings`` for the rules)."""
+def vector_query_url(settings: Settings, version: int) -> str:
+    """Where the vectors worker of ``version`` answers vector queries (no Qdrant server):
+    ``MEMLEDGER_VECTOR_QUERY_URL`` with its port raised by ``version - 1``."""
+    url = urlparse(settings.vector_query_url)
+    port = (url.port or 16334) + version - 1
+    return urlunparse(url._replace(netloc=f"{url.hostname or '127.0.0.1'}:{port}"))
+
+
+def build_vector_index(settings: Settings, own_vectors: bool, version: int = 1) -> VectorIndex:
+    """The collection of vectors version ``version`` (``memories_vN``) this process should
+    use (see ``Settings`` for the rules). qdrant-client's local mode locks a whole
+    directory, so version N >= 2 lives in ``<qdrant_path>/v<N>``; qdrant-edge keeps one
+    shard directory per collection under ``<qdrant_path>``."""
+    collection = versions.collection_name(version)
     if settings.qdrant_url:
         from projections.qdrant_client_index import QdrantClientIndex
 
-        return QdrantClientIndex.for_url(settings.qdrant_url, COLLECTION)
+        return QdrantClientIndex.for_url(settings.qdrant_url, collection)
     if not own_vectors:
         from projections.vector_remote import RemoteVectorIndex
 
-        return RemoteVectorIndex(settings.vector_query_url, COLLECTION)
+        return RemoteVectorIndex(vector_query_url(settings, version), collection)
     path = settings.qdrant_path or (settings.data_dir / "qdrant")
     path.mkdir(parents=True, exist_ok=True)
     if settings.vector_engine == "edge":
         from projections.qdrant_edge_index import QdrantEdgeIndex
 
-        return QdrantEdgeIndex(str(path), COLLECTION)
+        return QdrantEdgeIndex(str(path), collection)
     from projections.qdrant_client_index import QdrantClientIndex
 
-    return QdrantClientIndex.for_path(str(path), COLLECTION)
+    return QdrantClientIndex.for_path(str(path if version == 1 else path / f"v{version}"), collection)
 
 
 def build(
@@ -238,21 +444,35 @@ def build(
             tombstone_log=tombstone_log,
         )
         content = ContentAccess(pool, keyring, tombstone_set)
-        embedder = build_embedder(settings.embedder)
-        index: VectorIndex | None = build_vector_index(settings, own_vectors)
-        if index is not None:
-            closers.append(index.close)
-        cache = RecallCache(_redis(settings, closers), default_ttl_s=settings.cache_ttl_s)
+        stores = VersionedStores(settings, pool, content, _redis(settings, closers), own_vectors)
+        closers.append(stores.close)
+
+        def configured() -> EmbedderSpec:
+            built = stores.embedder(settings.embedder)
+            return EmbedderSpec(settings.embedder, built.dim, built.model_name)
+
+        with pool.connection() as conn:
+            versions.ensure_registry(conn, configured)
+        serving = stores.serving()
+        vectors_spec = serving["vectors"].embedder
+        assert vectors_spec is not None
+        embedder = stores.embedder(vectors_spec.name)
+        index: VectorIndex | None = stores.index(serving["vectors"].version)
+        cache = stores.cache(serving["cache"].version)
         built: dict[str, Projection] = {}
-        if "facts" in projections:
-            built["facts"] = FactsProjection(pool, content)
-        if "vectors" in projections and own_vectors and index is not None:
-            built["vectors"] = VectorsProjection(pool, index, embedder, content)
-        if "cache" in projections:
-            built["cache"] = CacheProjection(pool, cache)
-        if "summaries" in projections:
-            built["summaries"] = SummariesProjection(pool, content)
-        recall = Recall(pool, index, embedder, cache, uncacheable=ledger.policy.uncacheable())
+        for name in PROJECTION_NAMES:
+            if name in projections and (name != "vectors" or own_vectors):
+                built[name] = stores.projection(serving[name])
+        recall = Recall(
+            pool,
+            index,
+            embedder,
+            cache,
+            facts=STABLE,
+            summaries_table=versions.STABLE_VIEWS["summaries"][0][0],
+            uncacheable=ledger.policy.uncacheable(),
+            route=stores.route,
+        )
         return Services(
             settings,
             pool,
@@ -266,6 +486,7 @@ def build(
             cache,
             built,
             recall,
+            stores,
             closers,
             tombstone_set,
         )

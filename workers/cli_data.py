@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from projections.conflicts import Conflict, list_conflicts
-from projections.facts import FactsTables
+from projections.facts import STABLE
 from workers.cliutil import emit, project_if_embedded, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -99,11 +99,13 @@ def bench_all(
     erasure_hashing: Annotated[
         bool, typer.Option(help="also measure erasure latency with the hashing embedder (when --embedder is not)")
     ] = True,
+    replay_events: Annotated[int, typer.Option(help="events for the replay benchmark (0: skip it)")] = 100_000,
+    replay_embedder: Annotated[str, typer.Option(help="embedder of the replay benchmark")] = "hashing",
     as_json: JsonOpt = False,
 ) -> None:
-    """Append throughput, projection lag, erasure propagation latency and LoCoMo recall on
-    Kafka, PostgreSQL and Redis (addresses from MEMLEDGER_TEST_*, as `deploy/services.sh
-    env` prints them)."""
+    """Append throughput, projection lag, erasure propagation latency, LoCoMo recall and
+    replay speed on Kafka, PostgreSQL and Redis (addresses from MEMLEDGER_TEST_*, as
+    `deploy/services.sh env` prints them)."""
     import json
     import tempfile
 
@@ -115,6 +117,8 @@ def bench_all(
         bench_lag,
         bench_locomo,
     )
+    from workers.bench_replay import bench_replay
+    from workers.bench_replay import render as render_replay
 
     targets = BenchTargets.from_env()
     if not locomo.is_file():
@@ -131,6 +135,8 @@ def bench_all(
                 out["erasure"].append(bench_erasure(env, rate, seconds, progress))
         with bench_environment(targets, Path(tmp), embedder) as env:
             out["locomo"] = bench_locomo(env, locomo, progress)
+        if replay_events > 0:
+            out["replay"] = bench_replay(targets, Path(tmp), replay_events, batch, replay_embedder, progress)
     if as_json:
         locomo_out = dict(out["locomo"])
         locomo_out.pop("recall_text", None)
@@ -158,6 +164,29 @@ def bench_all(
         )
     print(f"LoCoMo through Kafka: ingest + projection {lo['ingest_and_projection_s']} s")
     print(lo["recall_text"])
+    if "replay" in out:
+        print(render_replay(out["replay"]))
+
+
+def bench_replay_cmd(
+    events: Annotated[int, typer.Option(help="events to produce and replay (at least)")] = 100_000,
+    batch: Annotated[int, typer.Option(help="commands per ledger batch")] = 500,
+    embedder: Annotated[str, typer.Option(help="embedder of the vectors projection: hashing (default) or minilm")] = (
+        "hashing"
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay speed of facts alone and of all four projections from a Kafka topic, next to
+    a raw kafka-python consumer reading the same topic (addresses from MEMLEDGER_TEST_*)."""
+    import tempfile
+
+    from workers.bench import BenchTargets
+    from workers.bench_replay import bench_replay, render
+
+    targets = BenchTargets.from_env()
+    with tempfile.TemporaryDirectory(prefix="memledger-bench-") as tmp, progress_bar(not as_json) as progress:
+        out = bench_replay(targets, Path(tmp), events, batch, embedder, progress)
+    emit(as_json, out, lambda: render(out))
 
 
 def bench_erasure_cmd(
@@ -220,7 +249,7 @@ def conflicts(
     with services(own_vectors=False, projections=("facts",)) as svc:
         svc.principal().require("read", subject)
         project_if_embedded(svc)
-        found = list_conflicts(svc.pool, FactsTables(1), subject, include_resolved=include_resolved)
+        found = list_conflicts(svc.pool, STABLE, subject, include_resolved=include_resolved)
     emit(as_json, [c.to_dict() for c in found], lambda: render_conflicts(found, subject))
 
 
@@ -231,4 +260,5 @@ def register(app: typer.Typer) -> None:
     bench_app.command("recall-locomo")(bench_recall_locomo)
     bench_app.command("all")(bench_all)
     bench_app.command("erasure")(bench_erasure_cmd)
+    bench_app.command("replay")(bench_replay_cmd)
     app.add_typer(bench_app, name="bench")

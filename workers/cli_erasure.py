@@ -15,7 +15,7 @@ from ledger.erasure import restore_tombstones
 from ledger.errors import KeyStoreError
 from ledger.service import new_id
 from projections.erasure_report import erasure_report
-from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
+from projections.tombstones import STORES, reapply_tombstones
 from workers.cliutil import emit, parse_time, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -79,7 +79,7 @@ def reapply_tombstones_cmd(
                 rows, keys = restore_tombstones(conn, svc.keyring, known, utc_now())
             from_topic = {"topic": svc.tombstone_set.topic, "tombstones": len(known), "rows_restored": rows}
             from_topic["keys_destroyed"] = keys
-        targets = PurgeTargets(index=svc.index, cache=svc.cache)
+        targets = svc.purge_targets()
         result = reapply_tombstones(svc.pool, stores, targets, run_id="rt-" + new_id())
     out = result.to_dict() | ({"restored_from_topic": from_topic} if from_topic is not None else {})
 

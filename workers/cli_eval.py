@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from workers import cliutil
 from workers.bootstrap import PROJECTION_NAMES, Services
 from workers.cliutil import emit, services, settings
 
@@ -17,7 +21,7 @@ eval_app = typer.Typer(
 
 
 def _wait_for_workers(svc: Services, timeout_s: float) -> None:
-    """Block until every projection's stored position is at the end of the log.
+    """Block until the serving version of every projection is at the end of the log.
 
     Raises:
         TimeoutError: still behind after ``timeout_s`` seconds.
@@ -30,10 +34,10 @@ def _wait_for_workers(svc: Services, timeout_s: float) -> None:
     while True:
         ends = svc.log.end_offsets()
         behind: dict[str, int] = {}
-        for name in PROJECTION_NAMES:
+        for name, info in svc.stores.serving().items():
             try:
                 with svc.pool.connection() as conn:
-                    done = base.load_positions(conn, f"{name}_v1")
+                    done = base.load_positions(conn, info.id)
             except psycopg.errors.UndefinedTable:  # no worker has started yet
                 done = {}
             behind[name] = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items())
@@ -59,6 +63,14 @@ def scenarios(
         ),
     ] = False,
     timeout_s: Annotated[float, typer.Option(help="with --workers: longest wait for the workers, s")] = 120.0,
+    in_place: Annotated[
+        bool,
+        typer.Option(
+            "--in-place",
+            help="embedded mode: run in the configured data directory (its ledger keeps the scn-* subjects)"
+            " instead of a scratch directory deleted afterwards",
+        ),
+    ] = False,
     details: Annotated[bool, typer.Option(help="a table of checks per scenario before the summary")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
 ) -> None:
@@ -66,8 +78,17 @@ def scenarios(
 
     Prints per scenario and in total: relevance of recalled items, stale items returned
     (must be 0), undetected conflicts (must be 0), context cost (tokens of recalled text
-    per query). Exit status 1 when a scenario fails.
+    per query). Exit status 1 when a scenario fails. In the embedded mode the suite runs
+    in a scratch data directory unless ``--in-place``; in the distributed mode it writes
+    its ``scn-*`` subjects into the configured stores.
     """
+    with contextlib.ExitStack() as stack:
+        if settings().mode == "embedded" and not in_place:
+            cliutil.STATE.data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="memledger-eval-")))
+        _run_scenarios(scenario, workers, timeout_s, details, as_json)
+
+
+def _run_scenarios(scenario: list[str] | None, workers: bool, timeout_s: float, details: bool, as_json: bool) -> None:
     from workers.scenarios import ScenarioReport, run_suite, select
 
     chosen = select(scenario)

@@ -1,16 +1,15 @@
-"""Operational commands: recall, trace, replay, lag, dlq, worker."""
+"""Operational commands: recall, trace, lag, dlq, worker (replay and the other version
+commands: :mod:`workers.cli_versions`)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from contracts import utc_now
+from projections import versions
 from projections.recall import RecallResult
 from projections.trace import render_text, to_json, trace
 from projections.trace_html import render_html
@@ -90,68 +89,29 @@ def trace_cmd(
         print(render_text(report))
 
 
-def _progress(enabled: bool) -> Progress:
-    """Progress on stderr, so that ``--json`` output on stdout stays clean."""
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:>8} ev/s"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-    )
-
-
-def replay(
-    projection: Annotated[str, typer.Argument(help="facts | vectors | cache | summaries")],
-    as_json: JsonOpt = False,
-) -> None:
-    """Rebuild PROJECTION from offset 0 into a fresh target (stop its worker first)."""
-    projection = projection.removesuffix("_v1")
-    if projection not in PROJECTION_NAMES:
-        raise typer.BadParameter(f"projection: must be one of {', '.join(PROJECTION_NAMES)}")
-    own_vectors = projection == "vectors" or None  # other projections leave the index to its owner
-    with services(own_vectors=own_vectors, projections=(projection,)) as svc:
-        proj = svc.projections[projection]
-        total = sum(svc.log.end_offsets().values())
-        proj.reset()
-        started = time.monotonic()
-        with _progress(not as_json) as bar:
-            task = bar.add_task(f"replay {proj.id}", total=total, rate="-")
-
-            def step(n: int) -> None:
-                done = bar.tasks[0].completed + n
-                bar.update(task, advance=n, rate=f"{done / max(time.monotonic() - started, 1e-9):.0f}")
-
-            handled = svc.runner(projection).catch_up(svc.log, progress=step)
-        seconds = time.monotonic() - started
-    out = {
-        "projection": proj.id,
-        "events": handled,
-        "seconds": round(seconds, 3),
-        "events_per_s": round(handled / seconds, 1) if seconds else None,
-    }
-    emit(as_json, out, lambda: f"replayed {handled} events into {proj.id} in {seconds:.1f}s")
-
-
 def lag(as_json: JsonOpt = False) -> None:
-    """Records each projection has not applied yet, per partition."""
+    """Records each projection version (building, serving, previous) has not applied yet, per partition."""
     with services(own_vectors=False) as svc:
         from projections import base
 
         ends = svc.log.end_offsets()
         rows = []
         with svc.pool.connection() as conn:
-            for name in PROJECTION_NAMES:
-                pid = f"{name}_v1"
-                done = base.load_positions(conn, pid)
+            for info in versions.versions(conn):
+                if info.state == "retired":
+                    continue
+                done = base.load_positions(conn, info.id)
                 per = {p: max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items()}
-                rows.append({"projection": pid, "lag": sum(per.values()), "per_partition": per})
+                rows.append(
+                    {"projection": info.id, "state": info.state, "lag": sum(per.values()), "per_partition": per}
+                )
     emit(
         as_json,
         {"end_offsets": ends, "projections": rows},
-        lambda: "\n".join([f"{'projection':<14} {'lag':>8}"] + [f"{r['projection']:<14} {r['lag']:>8}" for r in rows]),
+        lambda: "\n".join(
+            [f"{'projection':<14} {'state':<9} {'lag':>8}"]
+            + [f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8}" for r in rows]
+        ),
     )
 
 
@@ -176,22 +136,25 @@ def dlq(limit: int = 20, as_json: JsonOpt = False) -> None:
 def worker(
     projection: Annotated[list[str] | None, typer.Option(help="projection(s) to run (repeat; default all)")] = None,
     poll_interval_s: Annotated[float, typer.Option(help="embedded mode: seconds between polls")] = 0.5,
+    version: Annotated[
+        int | None, typer.Option(help="distributed mode: run only this version of one projection", hidden=True)
+    ] = None,
 ) -> None:
-    """Run projections: from Kafka with faust-streaming (one consumer group per projection),
-    or in the embedded mode by polling the Postgres log."""
+    """Run projections, every live version of each (serving and previous): from Kafka with
+    faust-streaming (one consumer group per projection version, following the version
+    registry), or in the embedded mode by polling the Postgres log."""
     from workers.worker import run_worker
 
     names = tuple(projection or PROJECTION_NAMES)
     unknown = [n for n in names if n not in PROJECTION_NAMES]
     if unknown:
         raise typer.BadParameter(f"projection: unknown {unknown}; choose from {', '.join(PROJECTION_NAMES)}")
-    run_worker(names, poll_interval_s)
+    run_worker(names, poll_interval_s, version)
 
 
 def register(app: typer.Typer) -> None:
     app.command()(recall)
     app.command("trace")(trace_cmd)
-    app.command()(replay)
     app.command()(lag)
     app.command()(dlq)
     app.command()(worker)

@@ -1,13 +1,16 @@
 """Worker processes.
 
-Distributed mode: one faust-streaming app per projection, its consumer group named
-``<MEMLEDGER_CONSUMER_GROUP_PREFIX>.<projection>_v<version>`` (prefix default ``memledger``);
-several projections in one command run as one
-child process each, supervised here. The vectors worker owns a local Qdrant index (when
-no Qdrant server is configured) and answers vector queries for other processes on
-``MEMLEDGER_VECTOR_QUERY_URL``.
+Distributed mode: one faust-streaming app per projection version, its consumer group
+named ``<MEMLEDGER_CONSUMER_GROUP_PREFIX>.<projection>_v<version>`` (prefix default
+``memledger``), each in a child process supervised here. The supervisor follows the
+version registry: every version that is not retired runs: the one a rebuild is building
+(from offset 0, in its own consumer group), the serving one, and the previous one (so a
+rollback finds it up to date); a retired one loses its worker. The vectors worker of
+version N owns collection ``memories_vN`` of a local Qdrant index (when no Qdrant server
+is configured) and answers vector queries for other processes on
+``MEMLEDGER_VECTOR_QUERY_URL`` with the port raised by N - 1.
 
-Embedded mode: projections in this process, polling the Postgres log.
+Embedded mode: projections in this process, polling the Postgres log; every live version.
 
 Faust's committed consumer offsets only say where to resume reading; what is applied is
 decided by each projection's own stored position, so a record delivered twice (after a
@@ -29,22 +32,29 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ledger.eventlog import LogRecord
+from projections import versions
+from projections.base import Projection
+from projections.errors import VersionError
 from projections.runner import ProjectionRunner
-from workers.bootstrap import Services, build
+from workers.bootstrap import Services, build, vector_query_url
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def run_worker(names: Sequence[str], poll_interval_s: float = 0.5) -> None:
-    """Run the named projections until SIGTERM/SIGINT."""
+def run_worker(names: Sequence[str], poll_interval_s: float = 0.5, version: int | None = None) -> None:
+    """Run the named projections until SIGTERM/SIGINT: every version of each that is not
+    retired (from the registry; embedded mode: serving and previous), or only ``version`` (distributed mode,
+    one name: how the supervisor starts its children)."""
     settings = Settings()
     if settings.mode == "embedded":
         _run_embedded(settings, names, poll_interval_s)
-    elif len(names) == 1:
-        run_faust(settings, names[0])
+    elif version is not None:
+        if len(names) != 1:
+            raise ValueError("version: give exactly one --projection with --version")
+        run_faust(settings, names[0], version)
     else:
-        _supervise(names)
+        _supervise(settings, names)
 
 
 def _stop_on_signals() -> threading.Event:
@@ -61,62 +71,124 @@ def _run_embedded(settings: Settings, names: Sequence[str], poll_interval_s: flo
     try:
         print(f"worker: embedded, projections {', '.join(names)}; Ctrl-C stops", flush=True)
         while not stopping.is_set():
-            if svc.catch_up() == 0:
+            if svc.catch_up() == 0:  # every live version, as the registry says now
                 time.sleep(poll_interval_s)
     finally:
         svc.close()
 
 
-def _spawn(name: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "workers", "worker", "--projection", name])
+Child = tuple[str, int]
+"""(projection name, version): one faust worker process."""
 
 
-def _supervise(names: Sequence[str]) -> None:
-    """Start one child worker per projection and restart one that dies (backoff 1 s
-    doubling to 60 s); stop them all on SIGTERM/SIGINT."""
-    children = {name: _spawn(name) for name in names}
-    backoff_s = dict.fromkeys(names, 1.0)
-    restart_at: dict[str, float] = {}
+def _spawn(child: Child) -> subprocess.Popen[bytes]:
+    name, version = child
+    return subprocess.Popen(
+        [sys.executable, "-m", "workers", "worker", "--projection", name, "--version", str(version)]
+    )
+
+
+def desired_children(settings: Settings, names: Sequence[str], known: set[Child] | None) -> set[Child]:
+    """The versions of ``names`` that are not retired (building, serving, previous), from
+    the registry; version 1 of each before the registry exists; ``known`` (the last answer) when Postgres cannot be
+    read right now."""
+    import psycopg
+
+    assert settings.postgres_dsn is not None
+    try:
+        with psycopg.connect(settings.postgres_dsn, connect_timeout=5) as conn:
+            if conn.execute("SELECT to_regclass('projection_versions')").fetchone() == (None,):
+                return {(n, 1) for n in names}
+            return {(info.name, info.version) for n in names for info in versions.running(conn, n)}
+    except psycopg.Error as exc:
+        log.warning("worker: cannot read the version registry (%s); keeping the running versions", exc)
+        return known if known is not None else {(n, 1) for n in names}
+
+
+def _supervise(settings: Settings, names: Sequence[str], registry_every_s: float = 2.0) -> None:
+    """Run one child worker per version of each projection that is not retired
+    (``--projection NAME --version N``), following the registry: a version a rebuild
+    registers gets a child within ``registry_every_s`` seconds (it builds the version from
+    offset 0 in its own consumer group), a retired one loses its child. A child that
+    dies is restarted (backoff 1 s doubling to 60 s). SIGTERM/SIGINT stops them all."""
+    wanted = desired_children(settings, names, None)
+    children = {child: _spawn(child) for child in sorted(wanted)}
+    backoff_s = dict.fromkeys(children, 1.0)
+    restart_at: dict[Child, float] = {}
     stopping = _stop_on_signals()
-    print(f"worker: supervising {', '.join(f'{n} (pid {c.pid})' for n, c in children.items())}", flush=True)
+    next_registry_read = time.monotonic() + registry_every_s
+    print(f"worker: supervising {_describe(children)}", flush=True)
     try:
         while not stopping.is_set():
             now = time.monotonic()
-            for name, child in children.items():
-                if child.poll() is None or stopping.is_set():
+            if now >= next_registry_read:
+                next_registry_read = now + registry_every_s
+                wanted = desired_children(settings, names, wanted)
+                for child in sorted(set(children) - wanted):
+                    print(f"worker: {child[0]}_v{child[1]} is no longer live; stopping it", flush=True)
+                    _stop([children.pop(child)])
+                    restart_at.pop(child, None)
+                for child in sorted(wanted - set(children)):
+                    children[child] = _spawn(child)
+                    backoff_s.setdefault(child, 1.0)
+                    print(f"worker: started {child[0]}_v{child[1]} (pid {children[child].pid})", flush=True)
+            for child, proc in list(children.items()):
+                if proc.poll() is None or stopping.is_set():
                     continue
-                if name not in restart_at:
-                    restart_at[name] = now + backoff_s[name]
+                if child not in restart_at:
+                    restart_at[child] = now + backoff_s[child]
                     print(
-                        f"worker: {name} exited with {child.returncode}; restarting in {backoff_s[name]:.0f}s",
+                        f"worker: {child[0]}_v{child[1]} exited with {proc.returncode};"
+                        f" restarting in {backoff_s[child]:.0f}s",
                         file=sys.stderr,
                         flush=True,
                     )
-                    backoff_s[name] = min(backoff_s[name] * 2, 60.0)
-                elif now >= restart_at.pop(name):
-                    children[name] = _spawn(name)
+                    backoff_s[child] = min(backoff_s[child] * 2, 60.0)
+                elif now >= restart_at[child]:
+                    del restart_at[child]
+                    children[child] = _spawn(child)
             time.sleep(0.5)
     finally:
-        for child in children.values():
-            if child.poll() is None:
-                child.terminate()
-        for child in children.values():
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        _stop(list(children.values()))
 
 
-def run_faust(settings: Settings, name: str, batch_size: int = 256, within_s: float = 0.2) -> None:
-    """Run one projection as a faust-streaming app (blocks until stopped)."""
+def _describe(children: dict[Child, subprocess.Popen[bytes]]) -> str:
+    return ", ".join(f"{n}_v{v} (pid {p.pid})" for (n, v), p in sorted(children.items()))
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_faust(settings: Settings, name: str, version: int, batch_size: int = 256, within_s: float = 0.2) -> None:
+    """Run version ``version`` of one projection as a faust-streaming app, consumer group
+    ``<prefix>.<name>_v<version>`` (blocks until stopped). A vectors worker opens its own
+    collection and, without a Qdrant server, answers vector queries for it on
+    ``vector_query_url(settings, version)``.
+
+    Raises:
+        VersionError: the registry has no such version, or it is retired.
+    """
     import faust
 
-    svc = build(settings, own_vectors=name == "vectors", projections=(name,))
-    datadir = settings.data_dir / "faust" / f"{name}_v1"
+    svc = build(settings, own_vectors=False, projections=())
+    with svc.pool.connection() as conn:
+        found = [v for v in versions.versions(conn, name) if v.version == version and v.state != "retired"]
+    if not found:
+        svc.close()
+        raise VersionError("version", f"{name}_v{version} is not registered or is retired")
+    projection = _open_projection(svc, found[0])
+    runner = svc.runner_for(projection)
+    datadir = settings.data_dir / "faust" / projection.id
     datadir.mkdir(parents=True, exist_ok=True)
-    projection = svc.projections[name]
-    runner = svc.runner(name)
-    server = _maybe_serve_vectors(svc, name)
+    server = _maybe_serve_vectors(svc, name, version)
     assert settings.kafka_bootstrap is not None
     app = faust.App(
         f"{settings.consumer_group_prefix}.{projection.id}",
@@ -198,13 +270,25 @@ def handle_contiguously(svc: Services, runner: ProjectionRunner, records: list[L
         runner.handle(batch)
 
 
-def _maybe_serve_vectors(svc: Services, name: str) -> Any:
-    if name != "vectors" or svc.settings.qdrant_url or svc.index is None:
+def _open_projection(svc: Services, info: versions.VersionInfo, retry_s: float = 1.0) -> Projection:
+    """The projection of ``info``; a vectors version whose local collection another
+    process holds (a ``replay`` building it) is waited for, retrying every ``retry_s``
+    seconds, and taken over when that process lets go."""
+    if info.name != "vectors":
+        return svc.stores.projection(info)
+    while not svc.stores.adopt(info.version):
+        log.warning("%s: its collection is held by another process (a replay?); waiting", info.id)
+        time.sleep(retry_s)
+    return svc.stores.projection(info)
+
+
+def _maybe_serve_vectors(svc: Services, name: str, version: int) -> Any:
+    if name != "vectors" or svc.settings.qdrant_url:
         return None
     from projections.vector_remote import VectorQueryServer
 
-    url = urlparse(svc.settings.vector_query_url)
-    server = VectorQueryServer(svc.index, host=url.hostname or "127.0.0.1", port=url.port or 16334)
+    url = urlparse(vector_query_url(svc.settings, version))
+    server = VectorQueryServer(svc.stores.index(version), host=url.hostname or "127.0.0.1", port=url.port or 16334)
     server.start()
     log.info("answering vector queries on %s", server.url)
     return server

@@ -69,3 +69,20 @@ def test_demo_runs_to_the_end(embedded_cli: Cli, tmp_path: object) -> None:
         "demo", "--data-dir", str(embedded_cli.env["MEMLEDGER_DATA_DIR"]) + "-demo", "--embedder", "hashing"
     )
     assert "demo finished: every check held" in proc.stdout
+
+
+def test_replay_to_a_new_version_rollback_and_retire(embedded_cli: Cli) -> None:
+    a = embedded_cli.json("write", "alice", "Alice prefers tabs over spaces", "--purpose", PURPOSE)["memory_id"]
+    out = embedded_cli.json("replay", "vectors", "--to-version", "2", "--embedder", "hashing-64")
+    assert (out["serving"], out["previous"], out["events"]) == (2, 1, 1)
+    assert out["embedder"] == {"name": "hashing-64", "dim": 64, "model": "hashing-64/blake2b-v1"}
+    states = {v["id"]: (v["state"], v["embedder"]) for v in embedded_cli.json("versions")}
+    assert states["vectors_v2"] == ("serving", out["embedder"]) and states["vectors_v1"][0] == "previous"
+    items = embedded_cli.json("recall", "alice", "tabs", "--purpose", PURPOSE)["items"]
+    assert items[0]["memory_id"] == a and "vector" in items[0]["matched_by"]
+    assert embedded_cli.json("rollback", "vectors")["serving"] == 1
+    assert embedded_cli.json("retire", "vectors", "--version", "2")["was"] == "previous"
+    refused = embedded_cli.run("retire", "vectors", "--version", "1", check=False)
+    assert refused.returncode == 2 and "vectors_v1 is serving" in refused.stderr
+    lag = embedded_cli.json("lag")["projections"]
+    assert {r["projection"] for r in lag} == {"facts_v1", "vectors_v1", "cache_v1", "summaries_v1"}

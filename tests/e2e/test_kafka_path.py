@@ -151,3 +151,31 @@ def test_malformed_event_on_the_topic_goes_to_the_dlq(kafka_cli: Cli) -> None:
     assert all("type" in d["reason"] or "RecursionError" in d["reason"] for d in letters)
     dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
     assert count(dsn, "SELECT count(*) FROM facts_v1 WHERE memory_id = %s", after) == 1
+
+
+def test_replay_while_the_workers_run_swaps_without_a_gap(kafka_cli: Cli) -> None:
+    """Rebuild facts and vectors (another embedder) to version 2 while `memledger worker`
+    runs: the supervisor starts the new versions' workers, the swap happens, later writes
+    reach the new versions through them, recall keeps its vectors; retire the old ones."""
+    dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
+    first = write(kafka_cli, "dave", "Dave plays the cello")
+    kafka_cli.start_worker()
+    wait_until(lambda: lag_zero(kafka_cli), what="catch-up", logs=kafka_cli.worker_logs)
+    assert kafka_cli.json("replay", "facts")["serving"] == 2
+    out = kafka_cli.json("replay", "vectors", "--embedder", "hashing-64")
+    assert (out["serving"], out["embedder"]["dim"]) == (2, 64)
+    later = write(kafka_cli, "dave", "Dave tunes the cello every morning")
+    wait_until(lambda: lag_zero(kafka_cli), what="every version to catch up", logs=kafka_cli.worker_logs)
+    for table in ("facts_v1", "facts_v2", "facts"):
+        assert count(dsn, f"SELECT count(*) FROM {table} WHERE memory_id = ANY(%s)", [first, later]) == 2
+    wait_until(
+        lambda: not kafka_cli.json("recall", "dave", "cello", "--purpose", PURPOSE)["degraded"],
+        what="the vectors_v2 worker to answer queries",
+        logs=kafka_cli.worker_logs,
+    )
+    items = kafka_cli.json("recall", "dave", "cello morning", "--purpose", PURPOSE)["items"]
+    assert later in [i["memory_id"] for i in items] and any("vector" in i["matched_by"] for i in items)
+    kafka_cli.json("retire", "facts", "--version", "1")
+    kafka_cli.json("retire", "vectors", "--version", "1")
+    assert count(dsn, "SELECT count(*) FROM projection_versions WHERE state = 'retired'") == 2
+    assert all(r["projection"] not in ("facts_v1", "vectors_v1") for r in kafka_cli.json("lag")["projections"])

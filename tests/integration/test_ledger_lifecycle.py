@@ -254,6 +254,10 @@ def test_revocation_destroys_keys_at_once_by_default(ledger: Ledger) -> None:
     assert head(ledger, other.memory_id)[3] is False
     with ledger._pool.connection() as conn:
         assert ledger.keyring.open(conn, r.events[0].memory.content) is None  # type: ignore[union-attr]
+    before = ledger._log.end_offsets()
+    with pytest.raises(InvalidCommandError, match="consent 'c-42' was revoked") as info:
+        ledger.write(ALICE, memory_write(content="new text under the old consent", provenance=prov))
+    assert info.value.field == "provenance.consent_ref" and ledger._log.end_offsets() == before
 
 
 def test_a_grace_period_keeps_revoked_content_until_sweep(
@@ -414,3 +418,54 @@ def test_revocation_and_expiry_reach_superseded_memories(ledger: Ledger, clock: 
     ledger.write(ALICE, memory_write(content="Alice likes coffee", key="drink"))
     (swept,) = ledger.sweep(ALICE, clock.now + timedelta(days=2))
     assert short.memory_id in swept.affected and head(ledger, short.memory_id)[0::3] == ("expired", True)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"purpose": "chat"}, "purpose"),
+        ({"sensitivity": "public"}, "sensitivity"),
+        ({"scope": {"type": "subject", "id": "alice"}}, "scope"),
+        ({"key": "dx"}, "key"),
+    ],
+)
+def test_a_summary_may_not_widen_the_use_of_its_sources(ledger: Ledger, fields: dict[str, Any], field: str) -> None:
+    src = ledger.write(
+        ALICE,
+        memory_write(
+            content="Alice's diagnosis is confidential",
+            sensitivity="restricted",
+            scope={"type": "document", "id": "chart-7"},
+            provenance={"writer": "w", "written_at": utc_now(), "consent_ref": "h-1"},
+        ),
+    ).memory_id
+    body: dict[str, Any] = {
+        "kind": "summary",
+        "content": "Alice: a confidential diagnosis",
+        "sensitivity": "restricted",
+        "scope": {"type": "document", "id": "chart-7"},
+        "provenance": {"writer": "w", "written_at": utc_now(), "consent_ref": "h-1", "derived_from": [src]},
+    }
+    ledger.write(ALICE, memory_write(**body))  # the same terms: accepted
+    before = ledger._log.end_offsets()
+    with pytest.raises(InvalidCommandError) as info:
+        ledger.write(ALICE, memory_write(**{**body, **fields}))
+    assert info.value.field == field and ledger._log.end_offsets() == before
+
+
+def test_a_purpose_revocation_needs_fresh_consent_for_new_memories(ledger: Ledger) -> None:
+    ledger.write(ALICE, memory_write(content="Alice likes promos", purpose="marketing"))
+    ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", purpose="marketing"))
+    with pytest.raises(InvalidCommandError, match="withdrew consent for 'marketing'") as info:
+        ledger.write(ALICE, memory_write(content="Alice likes weekly promos", purpose="marketing"))
+    assert info.value.field == "purpose"
+    prov = {"writer": "w", "written_at": utc_now(), "consent_ref": "opt-in-2"}
+    assert ledger.write(ALICE, memory_write(content="Alice opted in again", purpose="marketing", provenance=prov))
+
+
+def test_a_restatement_with_a_shorter_life_is_a_new_memory(ledger: Ledger) -> None:
+    old = ledger.write(ALICE, memory_write(content="Alice is in room 5", key="room"))
+    new = ledger.write(
+        ALICE, memory_write(content="Alice is in room 5", key="room", retention={"expires_at": later(3)})
+    )
+    assert new.memory_id != old.memory_id and types(new) == ["MemoryWritten", "MemorySuperseded"]

@@ -337,3 +337,33 @@ def test_sweep_expires_what_has_passed_in_every_store(svc: Services) -> None:
     assert svc.ledger.sweep(p, utc_now() + timedelta(days=2)) == []
     with pytest.raises(InvalidCommandError, match="now"):
         svc.ledger.sweep(p, (utc_now() + timedelta(days=2)).replace(tzinfo=None))
+
+
+def test_a_summary_is_not_recalled_while_a_source_is_disputed_or_expired(svc: Services) -> None:
+    from datetime import timedelta
+
+    p = svc.principal()
+
+    def doc(content: str, source: str) -> Any:
+        prov = {"writer": "importer", "written_at": utc_now(), "source_ref": source}
+        return memory_write(content=content, key="city", veracity="imported", provenance=prov)
+
+    paris = svc.ledger.write(p, doc("Alice lives in Paris", "doc-1")).memory_id
+    brief = svc.ledger.write(p, memory_write(content="Alice is moving house soon", retention={"expires_at": later(1)}))
+    assert paris and brief.memory_id
+    summary = svc.ledger.write(
+        p,
+        memory_write(
+            kind="summary",
+            content="Alice lives in Paris and is moving house soon",
+            provenance={"writer": "s", "written_at": utc_now(), "derived_from": [paris, brief.memory_id]},
+        ),
+    ).memory_id
+    svc.catch_up()
+    assert summary in recall_ids(svc, "Paris moving house")
+    tomorrow_and_more = utc_now() + timedelta(days=2)
+    late = svc.recall.recall(p, "alice", PURPOSE, "Paris moving house", tomorrow_and_more)
+    assert summary not in [i.memory_id for i in late.items]  # a source expired at that now, sweep or not
+    svc.ledger.write(p, doc("Alice lives in Berlin", "doc-2"))  # disputes the summary's source
+    svc.catch_up()
+    assert summary not in recall_ids(svc, "Paris moving house")

@@ -41,7 +41,7 @@ from contracts import (
 )
 from ledger.service import CommandResult
 from projections.conflicts import list_conflicts
-from projections.facts import FactsTables
+from projections.facts import STABLE, FactsTables
 from workers.bootstrap import Services
 from workers.scenarios.model import (
     Advance,
@@ -234,7 +234,7 @@ class ScenarioRunner:
         self._count = count_tokens
         self._sync: Callable[[], object] = sync or svc.catch_up
         self.run_id = run_id or uuid.uuid4().hex[:10]
-        self._facts = facts or FactsTables(1)
+        self._facts = facts or STABLE
 
     def run(self, scenario: Scenario) -> ScenarioReport:
         """Carry out every step; a step that fails ends the scenario as failed (the

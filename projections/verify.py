@@ -1,0 +1,664 @@
+"""Verifying a live projection against a fresh fold of the log (``memledger verify``).
+
+For a projection ``name_vN`` the check is:
+
+1. read the live projection's stored positions (per partition: the last offset it
+   applied) and, for the Postgres projections, its rows in the same REPEATABLE READ
+   snapshot, so rows and positions belong together;
+2. fold the log, from offset 0 up to and including those positions and no further, with
+   the projection's own apply code into a scratch target: a new Postgres schema
+   ``memledger_verify_<hex>`` searched before the live ones (facts, summaries; it also
+   holds the fold's own positions and receipts, so nothing live is written), or an
+   in-memory Qdrant collection (vectors); records the live runner would dead-letter
+   (undecodable, or a key that differs from ``subject_id``) are skipped the same way;
+3. compare a checksum per subject first (md5 of the subject's rows as canonical JSON),
+   then, for each subject whose checksums differ, row by row and column by column.
+
+What is compared:
+
+- facts: every column of ``facts_vN`` (except the generated ``tsv``, a function of
+  ``content``), of ``facts_history_vN`` and of ``facts_conflicts_vN``;
+- summaries: every column of ``summaries_vN`` (except ``tsv``);
+- vectors: the set of point ids, every payload field (revision, status, model,
+  content_hmac, ...), and each vector by cosine similarity: a point whose vectors have
+  cosine below ``VECTOR_COSINE_MIN`` differs. The fold re-embeds with the configured
+  embedder; the hashing embedder is deterministic, so its vectors agree to rounding.
+
+Not compared: erasure receipts and positions (they record when things were applied),
+the cache projection (entries are dropped, not folded).
+
+Content is never printed: a ``content`` value is shown as its length and a SHA-256
+fingerprint; other values are truncated to ``VALUE_CHARS`` characters.
+
+A live projection that is behind is compared at its own position; but the fold opens
+memory text with today's keys, so a memory whose key an event after that position
+destroyed (erasure, revocation, expiry, redaction) cannot be folded as the live
+projection still holds it. Differences on such memories are listed as ``pending``
+(explained by events the projection has not applied yet), not as differences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from contracts import (
+    ConsentRevoked,
+    ErasureRequested,
+    Event,
+    MemoryRedacted,
+    RetentionExpired,
+    UnknownEventError,
+    decode_event,
+    touched_memories,
+)
+from ledger.crypto import Keyring
+from ledger.eventlog import EventLog, LogPosition
+from projections import base
+from projections.base import ContentAccess, PositionedProjection
+from projections.embedding import Embedder
+from projections.errors import ProjectionError
+from projections.facts import FactsProjection, FactsTables
+from projections.facts import schema_sql as facts_schema_sql
+from projections.summaries import SummariesProjection
+from projections.summaries import schema_sql as summaries_schema_sql
+from projections.vector_index import VectorIndex, VectorPoint
+
+VERIFIABLE = ("facts", "summaries", "vectors")
+"""The projections ``verify`` can check."""
+
+VECTOR_COSINE_MIN = 0.9999
+"""Live and folded vectors of a point with a lower cosine similarity differ."""
+
+VALUE_CHARS = 80
+"""Longest rendering of a value in a difference (longer ones are cut, with ``…``)."""
+
+CONTENT_COLUMNS = frozenset({"content"})
+"""Columns holding memory text: fingerprinted, never printed."""
+
+_KEY_DESTROYING = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRedacted)
+"""Events whose appending destroyed a data key (or tombstoned the memory)."""
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``."""
+
+
+class VerifyError(ProjectionError):
+    """``verify`` could not run (unknown projection, scratch target not isolated)."""
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One difference between the live projection and the fold.
+
+    Attributes:
+        table: the table (or vector collection) holding it.
+        subject_id: whose row it is.
+        key: the row's key: ``memory_id``, ``memory_id@revision`` (history) or ``conflict_id``.
+        memory_id: the memory concerned, or ``None`` (a conflict row).
+        column: the column or payload field, ``"(row)"`` when the row exists on one side
+            only, ``"vector"`` for a vector.
+        live: the live value, rendered (``None``: absent).
+        fold: the folded value, rendered (``None``: absent).
+    """
+
+    table: str
+    subject_id: str
+    key: str
+    memory_id: str | None
+    column: str
+    live: str | None
+    fold: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "subject_id": self.subject_id,
+            "key": self.key,
+            "memory_id": self.memory_id,
+            "column": self.column,
+            "live": self.live,
+            "fold": self.fold,
+        }
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of verifying one projection.
+
+    Attributes:
+        projection: the projection id, e.g. ``facts_v1``.
+        positions: partition -> last offset folded (the live projection's positions).
+        events_folded: records folded into the scratch target.
+        records_skipped: records the fold skipped as the live runner would dead-letter them.
+        subjects: subjects seen on either side.
+        subjects_differing: subjects whose checksums differ.
+        rows_compared: rows (or points) compared, live and fold together.
+        differences: every difference not explained by a pending event.
+        pending: differences on memories whose key an event after the projection's
+            position destroyed (the projection is behind; not counted as a failure).
+        compared: what was compared, in words.
+        warnings: e.g. the live projection moved during the check.
+    """
+
+    projection: str
+    positions: dict[int, int]
+    events_folded: int = 0
+    records_skipped: int = 0
+    subjects: int = 0
+    subjects_differing: int = 0
+    rows_compared: int = 0
+    differences: list[Difference] = field(default_factory=list)
+    pending: list[Difference] = field(default_factory=list)
+    compared: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the live projection equals the fold (pending differences aside)."""
+        return not self.differences
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "projection": self.projection,
+            "ok": self.ok,
+            "positions": {str(p): o for p, o in sorted(self.positions.items())},
+            "events_folded": self.events_folded,
+            "records_skipped": self.records_skipped,
+            "subjects": self.subjects,
+            "subjects_differing": self.subjects_differing,
+            "rows_compared": self.rows_compared,
+            "differences": [d.to_dict() for d in self.differences],
+            "pending": [d.to_dict() for d in self.pending],
+            "compared": self.compared,
+            "warnings": self.warnings,
+        }
+
+    def render(self) -> str:
+        """Human-readable lines: the verdict, then one line per difference."""
+        at = ", ".join(f"p{p}@{o}" for p, o in sorted(self.positions.items())) or "nothing applied"
+        verdict = "OK" if self.ok else f"{len(self.differences)} difference(s)"
+        lines = [
+            f"{self.projection}: {verdict}; folded {self.events_folded} events up to {at}"
+            f" ({self.records_skipped} skipped as dead letters); {self.subjects} subjects,"
+            f" {self.subjects_differing} differing; {self.rows_compared} rows compared",
+            f"  compared: {self.compared}",
+        ]
+        for d in self.differences:
+            lines.append(f"  DIFF {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | fold {d.fold}")
+        for d in self.pending:
+            lines.append(
+                f"  pending {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | fold {d.fold}"
+                " (a later event the projection has not applied destroyed this memory's key)"
+            )
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def render_value(column: str, value: Any) -> str | None:
+    """A difference's value as text: ``None`` stays ``None``; memory text becomes
+    ``sha256:<12 hex> (<n> chars)``; anything else is compact JSON cut to ``VALUE_CHARS``."""
+    if value is None:
+        return None
+    if column in CONTENT_COLUMNS:
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]} ({len(text)} chars)"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
+
+
+# -- the fold ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FoldStats:
+    """Records folded and records skipped (what the live runner dead-letters)."""
+
+    events: int
+    skipped: int
+
+
+def fold(
+    log: EventLog,
+    projection: PositionedProjection,
+    upto: Mapping[int, int],
+    batch: int = 500,
+    progress: Progress | None = None,
+) -> FoldStats:
+    """Apply every record of ``log`` with offset <= ``upto[partition]`` to ``projection``
+    (partitions absent from ``upto`` are not read), in log order per partition, in
+    batches of ``batch`` records. Undecodable records and records whose key differs from
+    the event's subject are skipped, as the live runner dead-letters them.
+
+    Raises:
+        whatever the projection's store raises (no retries: a verify run simply fails).
+    """
+    total = sum(o + 1 for o in upto.values())
+    events = skipped = 0
+    for partition, last in sorted(upto.items()):
+        offset = 0
+        while offset <= last:
+            records = log.read(partition, offset, min(batch, last - offset + 1))
+            if not records:
+                break
+            items: list[tuple[Event, LogPosition]] = []
+            for record in records:
+                if record.offset > last:
+                    break
+                try:
+                    event = decode_event(record.value)
+                except UnknownEventError:
+                    skipped += 1
+                    continue
+                if event.subject_id != record.key:
+                    skipped += 1
+                    continue
+                items.append((event, record.position))
+            projection.apply_batch(items)
+            events += len(items)
+            offset = records[-1].offset + 1
+            if progress is not None:
+                progress(f"fold {projection.id}", events + skipped, total)
+    return FoldStats(events, skipped)
+
+
+def destroyed_after(log: EventLog, positions: Mapping[int, int], batch: int = 500) -> set[str]:
+    """Memory ids whose data key (or whole memory) an event after ``positions`` destroyed:
+    the targets of erasures, revocations, expiries and redactions the projection has not
+    applied yet. Undecodable records are ignored."""
+    gone: set[str] = set()
+    for partition, end in log.end_offsets().items():
+        offset = positions.get(partition, -1) + 1
+        while offset < end:
+            records = log.read(partition, offset, min(batch, end - offset))
+            if not records:
+                break
+            for record in records:
+                try:
+                    event = decode_event(record.value)
+                except UnknownEventError:
+                    continue
+                if isinstance(event, _KEY_DESTROYING):
+                    gone.update(r.memory_id for r in touched_memories(event))
+            offset = records[-1].offset + 1
+    return gone
+
+
+# -- Postgres projections ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table to compare: its name and key columns (each row has a ``subject_id``)."""
+
+    name: str
+    keys: tuple[str, ...]
+
+    def key_of(self, row: Mapping[str, Any]) -> str:
+        return "@".join(str(row[k]) for k in self.keys)
+
+    def memory_of(self, row: Mapping[str, Any]) -> str | None:
+        value = row.get("memory_id")
+        return None if value is None else str(value)
+
+
+def tables_of(name: str, version: int) -> tuple[TableSpec, ...]:
+    """The tables of Postgres projection ``name`` at ``version``.
+
+    Raises:
+        VerifyError: ``name`` is not a Postgres projection verify knows.
+    """
+    if name == "facts":
+        t = FactsTables(version)
+        return (
+            TableSpec(t.facts, ("memory_id",)),
+            TableSpec(t.history, ("memory_id", "revision")),
+            TableSpec(t.conflicts, ("conflict_id",)),
+        )
+    if name == "summaries":
+        return (TableSpec(f"summaries_v{version}", ("memory_id",)),)
+    raise VerifyError(f"projection: {name!r} is not a Postgres projection (facts or summaries)")
+
+
+def _ddl(name: str, version: int) -> str:
+    return facts_schema_sql(version) if name == "facts" else summaries_schema_sql(version)
+
+
+def _relation(table: str | sql.Composable, schema: str | None) -> sql.Composable:
+    if isinstance(table, sql.Composable):
+        return table
+    return sql.Identifier(schema, table) if schema else sql.Identifier(table)
+
+
+def subject_checksums(conn: psycopg.Connection, spec: TableSpec, schema: str | None) -> dict[str, str]:
+    """``{subject_id: md5}`` over the subject's rows of ``spec`` as canonical JSON (``tsv``
+    left out), in key order; run with the session time zone set to UTC."""
+    order = sql.SQL(", ").join(sql.Identifier(k) for k in spec.keys)
+    query = sql.SQL(
+        "SELECT subject_id, md5(string_agg((to_jsonb(t) - 'tsv')::text, E'\\n' ORDER BY {order}))"
+        " FROM {table} t GROUP BY subject_id"
+    ).format(order=order, table=_relation(spec.name, schema))
+    return {str(s): str(h) for s, h in conn.execute(query)}
+
+
+def subject_rows(
+    conn: psycopg.Connection, spec: TableSpec, schema: str | None, subjects: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """``{row key: row as a JSON dict}`` of ``spec``'s rows of ``subjects`` (``tsv`` left out)."""
+    query = sql.SQL("SELECT to_jsonb(t) - 'tsv' FROM {table} t WHERE subject_id = ANY(%s)").format(
+        table=_relation(spec.name, schema)
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for (row,) in conn.execute(query, (list(subjects),)):
+        out[spec.key_of(row)] = row
+    return out
+
+
+def compare_rows(
+    table: str,
+    live: Mapping[str, Mapping[str, Any]],
+    folded: Mapping[str, Mapping[str, Any]],
+    spec: TableSpec | None = None,
+) -> list[Difference]:
+    """Every difference between two ``{key: row}`` maps: rows on one side only (column
+    ``(row)``), then differing columns of rows on both, in key and column order."""
+    out: list[Difference] = []
+    for key in sorted(set(live) | set(folded)):
+        a, b = live.get(key), folded.get(key)
+        row = a if a is not None else b
+        assert row is not None
+        subject = str(row.get("subject_id"))
+        memory = spec.memory_of(row) if spec else (str(row["memory_id"]) if row.get("memory_id") else None)
+        if a is None or b is None:
+            out.append(
+                Difference(table, subject, key, memory, "(row)", "present" if a else None, "present" if b else None)
+            )
+            continue
+        for column in sorted(set(a) | set(b)):
+            if a.get(column) != b.get(column):
+                out.append(
+                    Difference(
+                        table,
+                        subject,
+                        key,
+                        memory,
+                        column,
+                        render_value(column, a.get(column)),
+                        render_value(column, b.get(column)),
+                    )
+                )
+    return out
+
+
+def connect_args(pool: ConnectionPool) -> tuple[str, dict[str, Any]]:
+    """The conninfo and connection keyword arguments ``pool`` connects with."""
+    conninfo = pool.conninfo if isinstance(pool.conninfo, str) else pool.conninfo()
+    kwargs = pool.kwargs if not callable(pool.kwargs) else pool.kwargs()
+    return conninfo, dict(kwargs or {})
+
+
+@contextmanager
+def scratch_schema(pool: ConnectionPool) -> Iterator[tuple[str, ConnectionPool]]:
+    """A new schema and a small pool whose ``search_path`` puts it before the live one,
+    so unqualified table names the projection creates or writes resolve to the scratch
+    schema, and the ones it only reads (``tombstones``, ``memory_keys``) to the live
+    ones. The schema is dropped afterwards."""
+    schema = f"memledger_verify_{uuid.uuid4().hex[:12]}"
+    with pool.connection() as conn:
+        live_path = str(conn.execute("SELECT current_setting('search_path')").fetchone()[0])  # type: ignore[index]
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.commit()
+    path = sql.SQL("SET search_path TO {}, {}").format(sql.Identifier(schema), sql.SQL(live_path))
+
+    def configure(conn: psycopg.Connection) -> None:
+        conn.execute(path)
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.commit()
+
+    conninfo, kwargs = connect_args(pool)
+    scratch = ConnectionPool(conninfo, kwargs=kwargs, min_size=1, max_size=2, configure=configure, open=False)
+    try:
+        scratch.open(wait=True, timeout=30)
+        yield schema, scratch
+    finally:
+        scratch.close()
+        with pool.connection() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            conn.commit()
+
+
+def _require_isolated(scratch: ConnectionPool, schema: str, tables: Sequence[str]) -> None:
+    """Check that every table a fold writes resolves to the scratch schema.
+
+    Raises:
+        VerifyError: one resolves elsewhere (the fold would write a live table).
+    """
+    with scratch.connection() as conn:
+        for table in tables:
+            row = conn.execute(
+                "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE c.oid = to_regclass(%s)",
+                (table,),
+            ).fetchone()
+            if row is None or row[0] != schema:
+                raise VerifyError(f"scratch: {table} resolves to {row[0] if row else 'nothing'}, not {schema}")
+
+
+def _classify(report: VerifyReport, found: list[Difference], pending_ids: set[str]) -> None:
+    for d in found:
+        (report.pending if d.memory_id is not None and d.memory_id in pending_ids else report.differences).append(d)
+
+
+def verify_postgres(
+    pool: ConnectionPool,
+    keyring: Keyring,
+    log: EventLog,
+    name: Literal["facts", "summaries"],
+    version: int = 1,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Verify the Postgres projection ``name_v{version}`` (see the module docstring).
+
+    Raises:
+        VerifyError: unknown projection, or the scratch schema is not isolated.
+        psycopg.Error: the database failed.
+    """
+    specs = tables_of(name, version)
+    projection_id = f"{name}_v{version}"
+    conninfo, kwargs = connect_args(pool)
+    with psycopg.connect(conninfo, **kwargs) as live:
+        live.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        live.read_only = True
+        try:
+            live.execute("SET LOCAL TIME ZONE 'UTC'")
+            positions = base.load_positions(live, projection_id)  # the snapshot starts here
+            live_sums = {s.name: subject_checksums(live, s, None) for s in specs}
+            report = VerifyReport(projection_id, positions)
+            with scratch_schema(pool) as (schema, scratch):
+                with scratch.connection() as conn:
+                    conn.execute(base.SCHEMA_SQL)
+                    conn.execute(_ddl(name, version))
+                    conn.commit()
+                _require_isolated(
+                    scratch, schema, ["projection_positions", "erasure_receipts", *(s.name for s in specs)]
+                )
+                content = ContentAccess(scratch, keyring)
+                projection: PositionedProjection = (
+                    FactsProjection(scratch, content, version)
+                    if name == "facts"
+                    else SummariesProjection(scratch, content, version)
+                )
+                stats = fold(log, projection, positions, progress=progress)
+                report.events_folded, report.records_skipped = stats.events, stats.skipped
+                pending_ids = destroyed_after(log, positions)
+                subjects: set[str] = set()
+                differing: set[str] = set()
+                with scratch.connection() as conn:
+                    for spec in specs:
+                        fold_sums = subject_checksums(conn, spec, schema)
+                        live_sum = live_sums[spec.name]
+                        subjects |= set(fold_sums) | set(live_sum)
+                        bad = sorted(s for s in set(fold_sums) | set(live_sum) if fold_sums.get(s) != live_sum.get(s))
+                        differing |= set(bad)
+                        if not bad:
+                            continue
+                        a = subject_rows(live, spec, None, bad)
+                        b = subject_rows(conn, spec, schema, bad)
+                        report.rows_compared += len(a) + len(b)
+                        _classify(report, compare_rows(spec.name, a, b, spec), pending_ids)
+                    conn.commit()
+        finally:
+            live.rollback()
+    report.subjects, report.subjects_differing = len(subjects), len(differing)
+    report.compared = (
+        "every column except tsv of " + ", ".join(s.name for s in specs) + "; per-subject md5 first, then row by row"
+    )
+    return report
+
+
+# -- vectors -------------------------------------------------------------------------------
+
+
+def _all_points(index: VectorIndex, batch: int = 256) -> dict[str, VectorPoint]:
+    ids = index.scroll_ids()
+    out: dict[str, VectorPoint] = {}
+    for i in range(0, len(ids), batch):
+        out.update(index.retrieve(ids[i : i + batch]))
+    return out
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine similarity of two vectors (0.0 if either is zero or their lengths differ)."""
+    if len(a) != len(b):
+        return 0.0
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(x * x for x in b))
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb)
+
+
+def _payload_checksums(points: Mapping[str, VectorPoint]) -> dict[str, str]:
+    by_subject: dict[str, list[str]] = defaultdict(list)
+    for memory_id, point in sorted(points.items()):
+        by_subject[str(point.payload.get("subject_id"))].append(
+            json.dumps([memory_id, dict(point.payload)], sort_keys=True, default=str)
+        )
+    return {s: hashlib.md5("\n".join(rows).encode()).hexdigest() for s, rows in by_subject.items()}
+
+
+def compare_points(
+    collection: str, live: Mapping[str, VectorPoint], folded: Mapping[str, VectorPoint]
+) -> tuple[set[str], list[Difference]]:
+    """Subjects whose payload checksums differ, and every difference: points on one side
+    only, differing payload fields, and vectors with cosine below ``VECTOR_COSINE_MIN``
+    (every point on both sides is checked, whatever the checksums say)."""
+    a_sums, b_sums = _payload_checksums(live), _payload_checksums(folded)
+    differing = {s for s in set(a_sums) | set(b_sums) if a_sums.get(s) != b_sums.get(s)}
+    out: list[Difference] = []
+    for memory_id in sorted(set(live) | set(folded)):
+        a, b = live.get(memory_id), folded.get(memory_id)
+        point = a if a is not None else b
+        assert point is not None
+        subject = str(point.payload.get("subject_id"))
+        if a is None or b is None:
+            out.append(
+                Difference(
+                    collection,
+                    subject,
+                    memory_id,
+                    memory_id,
+                    "(row)",
+                    "present" if a else None,
+                    "present" if b else None,
+                )
+            )
+            continue
+        if subject in differing:
+            for column in sorted(set(a.payload) | set(b.payload)):
+                if a.payload.get(column) != b.payload.get(column):
+                    out.append(
+                        Difference(
+                            collection,
+                            subject,
+                            memory_id,
+                            memory_id,
+                            column,
+                            render_value(column, a.payload.get(column)),
+                            render_value(column, b.payload.get(column)),
+                        )
+                    )
+        similarity = cosine(a.vector, b.vector)
+        if similarity < VECTOR_COSINE_MIN:
+            differing.add(subject)
+            out.append(
+                Difference(collection, subject, memory_id, memory_id, "vector", f"cosine {similarity:.6f}", "reference")
+            )
+    return differing, out
+
+
+def verify_vectors(
+    pool: ConnectionPool,
+    keyring: Keyring,
+    log: EventLog,
+    live_index: VectorIndex,
+    embedder: Embedder,
+    version: int = 1,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Verify the vectors projection ``vectors_v{version}`` whose points are in
+    ``live_index`` (see the module docstring). The fold embeds with ``embedder`` into an
+    in-memory Qdrant collection; its positions go to a scratch schema.
+
+    Raises:
+        VerifyError: the scratch schema is not isolated.
+        VectorIndexError, psycopg.Error: a store failed.
+    """
+    from projections.qdrant_client_index import QdrantClientIndex
+    from projections.vectors import VectorsProjection
+
+    projection_id = f"vectors_v{version}"
+    with pool.connection() as conn:
+        positions = base.load_positions(conn, projection_id)
+    live_points = _all_points(live_index)
+    with pool.connection() as conn:
+        after = base.load_positions(conn, projection_id)
+    report = VerifyReport(projection_id, positions)
+    if after != positions:
+        report.warnings.append(
+            "the live projection advanced while its points were read (is a worker running?): stop it for an exact check"
+        )
+    scratch_index = QdrantClientIndex.for_path(":memory:", f"verify_{projection_id}")
+    try:
+        with scratch_schema(pool) as (schema, scratch):
+            with scratch.connection() as conn:
+                conn.execute(base.SCHEMA_SQL)
+                conn.commit()
+            _require_isolated(scratch, schema, ["projection_positions", "erasure_receipts"])
+            projection = VectorsProjection(scratch, scratch_index, embedder, ContentAccess(scratch, keyring), version)
+            stats = fold(log, projection, positions, progress=progress)
+        folded = _all_points(scratch_index)
+    finally:
+        scratch_index.close()
+    report.events_folded, report.records_skipped = stats.events, stats.skipped
+    differing, found = compare_points(live_index.collection, live_points, folded)
+    _classify(report, found, destroyed_after(log, positions))
+    report.subjects = len({str(p.payload.get("subject_id")) for p in (*live_points.values(), *folded.values())})
+    report.subjects_differing = len(differing)
+    report.rows_compared = len(live_points) + len(folded)
+    report.compared = (
+        f"point ids, every payload field (per-subject md5 first) and every vector by cosine >= {VECTOR_COSINE_MIN}"
+        f" (fold embedded with {embedder.model_name})"
+    )
+    return report

@@ -1,0 +1,223 @@
+"""Replay benchmark on the real services: how fast projections are rebuilt from a Kafka
+topic, next to how fast a plain kafka-python consumer reads the same topic in the same run.
+
+1. ``events`` or more events are produced through ``Ledger.write_many`` (batches of
+   ``batch`` commands) into a new topic; one command in five states a value for a key the
+   subject already has, so the ledger also appends ``MemorySuperseded`` events;
+2. baseline: a group-less kafka-python ``KafkaConsumer`` assigned every partition reads
+   the topic from the beginning to its end offsets (events/s, MB/s of record values);
+3. the ledger's ``KafkaEventLog.read`` plus ``decode_event`` over the whole topic, with no
+   store (what every replay pays before it applies anything);
+4. replay of facts alone from offset 0 (``reset`` then ``ProjectionRunner.catch_up``);
+5. replay of all four projections (facts, vectors, cache, summaries) from offset 0 in
+   one pass over the log: each batch read once and handed to the four runners in turn;
+   per projection the time spent in its runner (decode + apply), and the wall time of
+   the pass (reads included).
+
+Vectors are embedded with the embedder named (``hashing`` by default: the point is the
+replay machinery, not MiniLM's ~125 texts/s on 2 cores); the local Qdrant engine
+(qdrant-edge) holds them. No worker runs during the replays.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from contracts import MemoryWrite, UnknownEventError, decode_event, utc_now
+from ledger.eventlog import EventLog
+from projections.runner import ProjectionRunner
+from workers.bench import BenchTargets, bench_environment, services_for
+from workers.bootstrap import PROJECTION_NAMES, Services
+
+Progress = Callable[[str, int, int], None]
+
+READ_BATCH = 500
+"""Records per ``EventLog.read`` call in the replays."""
+
+
+def _command(n: int) -> MemoryWrite:
+    subject = f"replay-user-{n % 200}"
+    keyed = n % 5 == 0
+    return MemoryWrite.model_validate(
+        {
+            "subject_id": subject,
+            "kind": "preference" if keyed else "fact",
+            "purpose": "bench",
+            "scope": {"type": "subject", "id": subject},
+            "key": f"setting-{(n // 200) % 2}" if keyed else None,
+            "content": f"Replay memory {n}: the user mentioned project {n % 97} and a deadline in week {n % 52}.",
+            "provenance": {"writer": "bench", "written_at": utc_now(), "turn_id": f"r-{n}"},
+        }
+    )
+
+
+def produce(svc: Services, events: int, batch: int, progress: Progress) -> dict[str, Any]:
+    """Append commands through the ledger until at least ``events`` events are in the log.
+
+    Returns ``{"events", "commands", "seconds", "events_per_s"}``.
+    """
+    principal = svc.principal()
+    appended = commands = 0
+    started = time.perf_counter()
+    while appended < events:
+        results = svc.ledger.write_many(principal, [_command(commands + i) for i in range(batch)])
+        commands += batch
+        appended += sum(len(r.events) for r in results)
+        progress("produce via ledger", min(appended, events), events)
+    seconds = time.perf_counter() - started
+    return {
+        "events": appended,
+        "commands": commands,
+        "seconds": round(seconds, 2),
+        "events_per_s": _rate(appended, seconds),
+    }
+
+
+def _rate(n: int, seconds: float) -> float | None:
+    return round(n / seconds, 1) if seconds > 0 else None
+
+
+def raw_read(bootstrap: str, topic: str, progress: Progress) -> dict[str, Any]:
+    """Read ``topic`` from its beginning to its end offsets with a plain, group-less
+    kafka-python consumer. Returns ``{"events", "bytes", "seconds", "events_per_s",
+    "mb_per_s"}`` (MB = 10^6 bytes of record values)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        partitions = sorted(consumer.partitions_for_topic(topic) or ())
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = {tp: int(o) for tp, o in consumer.end_offsets(tps).items()}
+        total = sum(ends.values())
+        count = size = 0
+        done = {tp for tp, end in ends.items() if end == 0}
+        started = time.perf_counter()
+        while len(done) < len(tps):
+            for tp, messages in consumer.poll(timeout_ms=1000, max_records=5000).items():
+                count += len(messages)
+                size += sum(len(m.value or b"") for m in messages)
+                if messages and messages[-1].offset + 1 >= ends[tp]:
+                    done.add(tp)
+            progress("raw kafka-python read", count, total)
+        seconds = time.perf_counter() - started
+    finally:
+        consumer.close()
+    return {
+        "events": count,
+        "bytes": size,
+        "seconds": round(seconds, 2),
+        "events_per_s": _rate(count, seconds),
+        "mb_per_s": round(size / seconds / 1e6, 2) if seconds > 0 else None,
+    }
+
+
+def read_and_decode(log: EventLog, progress: Progress) -> dict[str, Any]:
+    """Read the whole log through the ``EventLog`` port and decode every record."""
+    total = sum(log.end_offsets().values())
+    count = 0
+    started = time.perf_counter()
+    for partition, end in log.end_offsets().items():
+        offset = 0
+        while offset < end:
+            records = log.read(partition, offset, min(READ_BATCH, end - offset))
+            if not records:
+                break
+            for r in records:
+                try:
+                    decode_event(r.value)
+                except UnknownEventError:
+                    pass
+            count += len(records)
+            offset = records[-1].offset + 1
+            progress("EventLog.read + decode", count, total)
+    seconds = time.perf_counter() - started
+    return {"events": count, "seconds": round(seconds, 2), "events_per_s": _rate(count, seconds)}
+
+
+def replay(svc: Services, names: tuple[str, ...], progress: Progress) -> dict[str, Any]:
+    """Reset the named projections, then replay them from offset 0 in one pass over the
+    log (each batch read once, handed to each projection's runner in turn).
+
+    Returns ``{"events", "wall_s", "events_per_s", "read_s", "projections": {name:
+    {"seconds", "events_per_s"}}}``; a projection's seconds are the time spent in its
+    runner (decode and apply), ``read_s`` the time spent reading the log.
+    """
+    for name in names:
+        svc.projections[name].reset()
+    runners = {name: ProjectionRunner(svc.projections[name], svc.dlq) for name in names}
+    spent = dict.fromkeys(names, 0.0)
+    read_s = 0.0
+    ends = svc.log.end_offsets()
+    total = sum(ends.values())
+    stage = f"replay {'+'.join(names)}"
+    count = 0
+    started = time.perf_counter()
+    for partition, end in ends.items():
+        offset = 0
+        while offset < end:
+            t0 = time.perf_counter()
+            records = svc.log.read(partition, offset, min(READ_BATCH, end - offset))
+            read_s += time.perf_counter() - t0
+            if not records:
+                break
+            for name, runner in runners.items():
+                t0 = time.perf_counter()
+                runner.handle(records)
+                spent[name] += time.perf_counter() - t0
+            count += len(records)
+            offset = records[-1].offset + 1
+            progress(stage, count, total)
+    wall = time.perf_counter() - started
+    return {
+        "events": count,
+        "wall_s": round(wall, 2),
+        "events_per_s": _rate(count, wall),
+        "read_s": round(read_s, 2),
+        "projections": {n: {"seconds": round(s, 2), "events_per_s": _rate(count, s)} for n, s in spent.items()},
+    }
+
+
+def bench_replay(
+    targets: BenchTargets, data_dir: Path, events: int, batch: int, embedder: str, progress: Progress
+) -> dict[str, Any]:
+    """The whole replay benchmark in a fresh database and topic (dropped afterwards).
+
+    Raises:
+        EventLogError, psycopg.Error, VectorIndexError: a service failed.
+    """
+    with bench_environment(targets, data_dir, embedder) as env:
+        svc = services_for(env, own_vectors=True)
+        try:
+            out: dict[str, Any] = {"embedder": svc.embedder.model_name, "partitions": svc.log.partitions}
+            out["produce"] = produce(svc, events, batch, progress)
+            out["raw_read"] = raw_read(env["MEMLEDGER_KAFKA_BOOTSTRAP"], env["MEMLEDGER_TOPIC"], progress)
+            out["eventlog_read_decode"] = read_and_decode(svc.log, progress)
+            out["replay_facts"] = replay(svc, ("facts",), progress)
+            out["replay_all"] = replay(svc, PROJECTION_NAMES, progress)
+        finally:
+            svc.close()
+    return out
+
+
+def render(out: dict[str, Any]) -> str:
+    """The numbers as text, each replay next to the raw read baseline of the same run."""
+    raw, prod = out["raw_read"], out["produce"]
+    facts, both = out["replay_facts"], out["replay_all"]
+    lines = [
+        f"replay ({prod['events']} events from {prod['commands']} commands on {out['partitions']} partitions,"
+        f" {raw['bytes']} bytes; embedder {out['embedder']}):",
+        f"  produce via ledger            {prod['events_per_s']:>10} events/s",
+        f"  raw kafka-python read         {raw['events_per_s']:>10} events/s  {raw['mb_per_s']} MB/s  (baseline)",
+        f"  EventLog.read + decode        {out['eventlog_read_decode']['events_per_s']:>10} events/s",
+        f"  replay facts alone            {facts['events_per_s']:>10} events/s  ({facts['wall_s']} s)",
+        f"  replay all four, one pass     {both['events_per_s']:>10} events/s  ({both['wall_s']} s wall,"
+        f" {both['read_s']} s reading)",
+    ]
+    for name, p in both["projections"].items():
+        lines.append(f"    {name:<27} {p['events_per_s']:>10} events/s  ({p['seconds']} s in its runner)")
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""Version commands: replay (shadow rebuild + swap), rollback, retire, versions.
+
+``memledger replay PROJECTION`` is a rebuild to the next version: the serving version
+keeps serving (and being applied by the workers) until the new one has caught up with
+the live end of the log; then the stable names switch to it atomically. The old version
+is kept, and applied, until ``memledger retire PROJECTION --version N``;
+``memledger rollback PROJECTION`` swaps back to it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from projections import versions
+from workers.cliutil import emit, services
+from workers.versioning import RebuildProgress, rebuild, retire, rollback
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+ProjectionArg = Annotated[str, typer.Argument(help="facts | vectors | cache | summaries")]
+
+
+def _name(projection: str) -> str:
+    """``facts`` from ``facts`` or ``facts_v3``; refuses other names."""
+    name = re.sub(r"_v[0-9]+$", "", projection)
+    if name not in versions.NAMES:
+        raise typer.BadParameter(f"projection: must be one of {', '.join(versions.NAMES)}")
+    return name
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "-:--:--"
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _bar(enabled: bool) -> Progress:
+    """Progress on stderr, so that ``--json`` output on stdout stays clean."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:>7} ev/s  lag {task.fields[lag]:>7}  left {task.fields[eta]}"),
+        console=Console(stderr=True),
+        disable=not enabled,
+    )
+
+
+def replay(
+    projection: ProjectionArg,
+    to_version: Annotated[
+        int | None, typer.Option(help="the version to build (default: one above every existing version)")
+    ] = None,
+    embedder: Annotated[
+        str | None, typer.Option(help="vectors only: embedder of the new collection (default: the serving one's)")
+    ] = None,
+    wait_s: Annotated[float, typer.Option(help="longest wait for a worker at the swap, seconds")] = 120.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild PROJECTION from offset 0 into a new version while the serving one keeps
+    serving, follow the log to its live end, then swap the stable names to it atomically.
+    Progress (position, events/s, lag, time left) goes to stderr. The replaced version is
+    kept until `memledger retire`; `memledger rollback` swaps back."""
+    name = _name(projection)
+    with services(projections=()) as svc, _bar(not as_json) as bar:
+        task = bar.add_task(f"replay {name}", total=None, rate="-", lag="-", eta=_eta(None))
+
+        def show(p: RebuildProgress) -> None:
+            bar.update(
+                task,
+                description=f"replay {p.projection}",
+                completed=p.position,
+                total=p.end,
+                rate=f"{p.rate:.0f}",
+                lag=str(p.lag),
+                eta=_eta(p.eta_s),
+            )
+
+        result = rebuild(svc, name, to_version, embedder, progress=show, wait_s=wait_s)
+    emit(
+        as_json,
+        result.to_dict(),
+        lambda: (
+            f"{name}_v{result.serving} serves now ({result.events} events in {result.seconds:.1f}s);"
+            f" {name}_v{result.previous} is kept: memledger rollback {name} | memledger retire {name}"
+            f" --version {result.previous}"
+        ),
+    )
+
+
+def rollback_cmd(
+    projection: ProjectionArg,
+    wait_s: Annotated[float, typer.Option(help="longest wait for a worker at the swap, seconds")] = 120.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Swap PROJECTION back to the version that served before the last swap."""
+    name = _name(projection)
+    with services(projections=()) as svc:
+        result = rollback(svc, name, wait_s=wait_s)
+    emit(
+        as_json,
+        result.to_dict(),
+        f"{name}_v{result.serving} serves again; {name}_v{result.previous} is kept as previous",
+    )
+
+
+def retire_cmd(
+    projection: ProjectionArg,
+    version: Annotated[int, typer.Option(help="the version to retire (not the serving one)")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Retire a version of PROJECTION: drop its tables, collection or cache keys and stop
+    applying it. A building version may be retired too (abandoning its rebuild)."""
+    name = _name(projection)
+    started = time.monotonic()
+    with services(projections=()) as svc:
+        info = retire(svc, name, version)
+    out = {"projection": name, "version": version, "was": info.state, "seconds": round(time.monotonic() - started, 3)}
+    emit(as_json, out, f"{info.id} retired (was {info.state}); its storage is dropped")
+
+
+def versions_cmd(as_json: JsonOpt = False) -> None:
+    """Every projection version: state (building, serving, previous, retired), embedder,
+    when created and swapped."""
+    with services(own_vectors=False, projections=()) as svc, svc.pool.connection() as conn:
+        found = versions.versions(conn)
+    rows = [v.to_dict() for v in found]
+
+    def text() -> str:
+        lines = [f"{'projection':<14} {'state':<9} {'created (UTC)':<20} {'swapped (UTC)':<20} embedder"]
+        for v in found:
+            e = v.embedder
+            lines.append(
+                f"{v.id:<14} {v.state:<9} {v.created_at:%Y-%m-%d %H:%M:%S}  "
+                f"{'-' if v.swapped_at is None else f'{v.swapped_at:%Y-%m-%d %H:%M:%S}':<20} "
+                f"{'' if e is None else f'{e.name} ({e.model}, {e.dim}-d)'}"
+            )
+        return "\n".join(lines)
+
+    emit(as_json, rows, text)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(replay)
+    app.command("rollback")(rollback_cmd)
+    app.command("retire")(retire_cmd)
+    app.command("versions")(versions_cmd)
