@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
+import atexit
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -82,10 +83,13 @@ def scenarios(
     in a scratch data directory unless ``--in-place``; in the distributed mode it writes
     its ``scn-*`` subjects into the configured stores.
     """
-    with contextlib.ExitStack() as stack:
-        if settings().mode == "embedded" and not in_place:
-            cliutil.STATE.data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="memledger-eval-")))
-        _run_scenarios(scenario, workers, timeout_s, details, as_json)
+    if settings().mode == "embedded" and not in_place:
+        scratch = tempfile.mkdtemp(prefix="memledger-eval-")
+        # removed at exit, after the embedded PostgreSQL's own exit handler (registered
+        # later, so run earlier) has stopped the server that lives in it
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        cliutil.STATE.data_dir = Path(scratch)
+    _run_scenarios(scenario, workers, timeout_s, details, as_json)
 
 
 def _run_scenarios(scenario: list[str] | None, workers: bool, timeout_s: float, details: bool, as_json: bool) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.e2e.conftest import Cli
@@ -86,3 +88,22 @@ def test_replay_to_a_new_version_rollback_and_retire(embedded_cli: Cli) -> None:
     assert refused.returncode == 2 and "vectors_v1 is serving" in refused.stderr
     lag = embedded_cli.json("lag")["projections"]
     assert {r["projection"] for r in lag} == {"facts_v1", "vectors_v1", "cache_v1", "summaries_v1"}
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # the process ended while we looked
+        if text in args:
+            found.append(args)
+    return found
+
+
+def test_eval_scenarios_runs_in_a_scratch_directory_and_leaves_nothing_behind(embedded_cli: Cli) -> None:
+    data = embedded_cli.json("eval", "scenarios", "-s", "restatement")
+    assert data["passed"] and data["mode"] == "embedded"
+    assert not (Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]) / "pg").exists()  # the configured data dir is untouched
+    assert _processes_mentioning("memledger-eval-") == []  # its embedded PostgreSQL was stopped
