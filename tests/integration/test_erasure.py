@@ -9,7 +9,6 @@ import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
 from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
@@ -26,31 +25,11 @@ from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
 from projections.trace import trace
 from projections.trace_html import render_html
 from tests.builders import PURPOSE, memory_write
+from tests.integration.conftest import one
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def svc(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
-    services = build(
-        Settings(
-            data_dir=tmp_path / "data",
-            postgres_dsn=fresh_dsn,
-            redis_url=redis_url,
-            vector_engine="client",
-            embedder="hashing",
-        )
-    )
-    yield services
-    services.close()
-
-
-def one(svc: Services, sql: str, *params: Any) -> Any:
-    with svc.pool.connection() as conn:
-        row = conn.execute(sql, params).fetchone()
-    return None if row is None else row[0] if len(row) == 1 else row
 
 
 def recall_ids(svc: Services, query: str, subject: str = "alice") -> list[str]:

@@ -5,7 +5,6 @@ topic, which cannot be edited."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from projections.trace_html import render_html
 from tests.builders import memory_write
 from tests.integration.distributed import distributed_settings
 from workers.bootstrap import Services, build
-from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +24,8 @@ PROJECTIONS = 4
 
 
 @pytest.fixture
-def local(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
-    services = build(
-        Settings(
-            data_dir=tmp_path / "data",
-            postgres_dsn=fresh_dsn,
-            redis_url=redis_url,
-            vector_engine="client",
-            embedder="hashing",
-        )
-    )
-    yield services
-    services.close()
+def local(svc: Services) -> Services:
+    return svc
 
 
 def bad_record(memory_id: str, text: str) -> bytes:

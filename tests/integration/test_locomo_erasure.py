@@ -10,7 +10,6 @@ short turns such as greetings); checks by memory id cover every erased memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,30 +19,14 @@ import pytest
 from contracts import EraseMemories, MemoryRedacted, MemoryWritten, SummaryDerived, decode_event, utc_now
 from ledger.eventlog import read_all
 from projections.trace import trace
-from workers.bootstrap import Services, build
+from workers.bootstrap import Services
 from workers.locomo import ingest, load_conversations
 from workers.locomo.mapping import PURPOSE
-from workers.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.locomo]
 
 SAMPLE_QUERIES = 8
 """Recall queries per check (each is one erased text, asked verbatim)."""
-
-
-@pytest.fixture
-def svc(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
-    services = build(
-        Settings(
-            data_dir=tmp_path / "data",
-            postgres_dsn=fresh_dsn,
-            redis_url=redis_url,
-            vector_engine="client",
-            embedder="hashing",
-        )
-    )
-    yield services
-    services.close()
 
 
 @dataclass

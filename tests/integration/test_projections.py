@@ -4,8 +4,6 @@ driven by the ledger through the Postgres event log and in-process runners."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,31 +19,10 @@ from contracts import (
 from ledger.eventlog import LogPosition
 from projections.trace import trace
 from tests.builders import PURPOSE, later, memory_write
-from workers.bootstrap import PROJECTION_NAMES, Services, build
-from workers.settings import Settings
+from tests.integration.conftest import one
+from workers.bootstrap import PROJECTION_NAMES, Services
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def svc(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
-    services = build(
-        Settings(
-            data_dir=tmp_path / "data",
-            postgres_dsn=fresh_dsn,
-            redis_url=redis_url,
-            vector_engine="client",
-            embedder="hashing",
-        )
-    )
-    yield services
-    services.close()
-
-
-def one(svc: Services, sql: str, *params: Any) -> Any:
-    with svc.pool.connection() as conn:
-        row = conn.execute(sql, params).fetchone()
-    return None if row is None else row[0] if len(row) == 1 else row
 
 
 def recall_ids(svc: Services, query: str, subject: str = "alice", **kw: Any) -> list[str]:

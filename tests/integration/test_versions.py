@@ -20,8 +20,8 @@ from projections.errors import VersionError
 from projections.qdrant_client_index import QdrantClientIndex
 from projections.trace import trace
 from tests.builders import PURPOSE, memory_write
+from tests.integration.conftest import local_settings
 from workers.bootstrap import Services, build
-from workers.settings import Settings
 from workers.versioning import RebuildProgress, rebuild, retire, rollback
 
 pytestmark = pytest.mark.integration
@@ -29,16 +29,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def svc(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
-    services = build(
-        Settings(
-            data_dir=tmp_path / "data",
-            postgres_dsn=fresh_dsn,
-            redis_url=redis_url,
-            vector_engine="client",
-            embedder="hashing",
-            pool_max_size=12,
-        )
-    )
+    services = build(local_settings(tmp_path / "data", fresh_dsn, redis_url, pool_max_size=12))
     yield services
     services.close()
 

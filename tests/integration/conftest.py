@@ -1,0 +1,42 @@
+"""Fixtures of the integration tests: the whole system built on the test services (the
+event log in PostgreSQL, Redis, a local Qdrant engine) with the fast hashing embedder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.bootstrap import Services, build
+from workers.settings import Settings
+
+
+def local_settings(data_dir: Path, postgres_dsn: str, redis_url: str, **overrides: Any) -> Settings:
+    """Settings for one test: its own database and data directory, qdrant-client's local
+    engine, the hashing embedder; ``overrides`` replace any field."""
+    fields: dict[str, Any] = {
+        "data_dir": data_dir,
+        "postgres_dsn": postgres_dsn,
+        "redis_url": redis_url,
+        "vector_engine": "client",
+        "embedder": "hashing",
+        **overrides,
+    }
+    return Settings(**fields)
+
+
+@pytest.fixture
+def svc(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
+    """Services on a fresh database and a flushed Redis, closed afterwards."""
+    services = build(local_settings(tmp_path / "data", fresh_dsn, redis_url))
+    yield services
+    services.close()
+
+
+def one(svc: Services, sql: str, *params: Any) -> Any:
+    """The single value (or row) an SQL query returns, ``None`` for no row."""
+    with svc.pool.connection() as conn:
+        row = conn.execute(sql, params).fetchone()
+    return None if row is None else row[0] if len(row) == 1 else row
