@@ -19,6 +19,7 @@ from projections.embedding import Embedder, build_embedder
 from projections.errors import VersionError
 from projections.qdrant_client_index import QdrantClientIndex
 from projections.trace import trace
+from projections.verify import verify_postgres
 from tests.builders import PURPOSE, memory_write
 from tests.integration.conftest import local_settings
 from workers.bootstrap import Services, build
@@ -186,6 +187,9 @@ def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire
     )
     assert sorted(r[0] for r in receipts) == ["facts_v1", "facts_v2"]
     assert trace(svc.pool, load.erasure_request, svc.trace_targets()).verdict == "complete"
+    # after the swap, the new version equals a fresh fold of the log up to its position
+    checked = verify_postgres(svc.pool, svc.keyring, svc.log, "facts", 2)
+    assert checked.ok and checked.subjects == 1 and checked.events_folded > 0, checked.render()
 
     # rollback: v1 serves again; both versions keep receiving events
     back = rollback(svc, "facts")
