@@ -62,7 +62,11 @@ start() {
     )
     if [ ! -f "$KDIR/data/meta.properties" ]; then
         local cluster_id
-        cluster_id="$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+        # base64url of a random UUID; never starting with "-", which the format tool would
+        # read as an option (Kafka's own Uuid.randomUuid() avoids it for the same reason)
+        cluster_id="$(python3 -c 'import base64, uuid
+while (c := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"): pass
+print(c)')"
         log "formatting storage (cluster id $cluster_id)"
         java "${java_opts[@]}" kafka.tools.StorageTool format \
             -t "$cluster_id" -c "$CONF" >"$KDIR/logs/format.log" 2>&1 \
