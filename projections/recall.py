@@ -184,6 +184,12 @@ class Recall:
         params = {"subject": subject_id, "purpose": purpose, "statuses": statuses, "scopes": scopes, "now": now}
         degraded: list[str] = []
         stores = self._route() if self._route is not None else self._fixed
+        # a result ranked with one vectors version must not answer for another (a swap or a
+        # rollback changes the collection and the model that embeds the query)
+        request["vectors"] = [
+            getattr(stores.index, "collection", None),
+            None if stores.embedder is None else stores.embedder.model_name,
+        ]
         cache = stores.cache
         cache_key = generation = None
         # the cache answers only for "now" queries: a result computed at another time would

@@ -251,6 +251,7 @@ def test_vectors_rebuild_with_another_embedder_serves_queries_with_its_model(svc
     assert (before.index.collection, before.embedder.dim) == ("memories_v1", 256)
     v1_point = svc.stores.index(1).retrieve([keep])[keep]
     assert v1_point.payload["model"] == "hashing-256/blake2b-v1"
+    svc.recall.recall(svc.principal(), "alice", PURPOSE, "outdoor trekking", utc_now())  # now in the cache
 
     result = rebuild(svc, "vectors", 2, embedder="minilm")
     assert result.embedder == {"name": "minilm", "dim": 384, "model": minilm.model_name}
@@ -273,7 +274,7 @@ def test_vectors_rebuild_with_another_embedder_serves_queries_with_its_model(svc
     )
     embedded = len(minilm.texts)
     answer = svc.recall.recall(svc.principal(), "alice", PURPOSE, "outdoor trekking", utc_now())
-    assert answer.degraded == []
+    assert answer.degraded == [] and not answer.cached  # not the result ranked with the old model
     assert [i.memory_id for i in answer.items] == [keep] and "vector" in answer.items[0].matched_by
     assert minilm.texts[embedded:] == ["outdoor trekking"], "the query was not embedded with the serving model"
 
