@@ -115,6 +115,8 @@ class Ledger:
         with pool.connection() as conn:
             state.install(conn)
             Keyring.install(conn)
+            erasure.install(conn)
+            dead_letters.install(conn)
             keyring.attach(conn)  # the fingerprint key survives master key rotations
 
     @property
@@ -357,9 +359,6 @@ class Ledger:
         now = self._clock()
         corr = correlation_id or new_id()
         request_id = "er-" + new_id()
-        with self._pool.connection() as conn:
-            erasure.install(conn)
-            dead_letters.install(conn)
         with self._pool.connection() as conn, conn.transaction():
             targets = erasure.erasure_targets(conn, cmd)
             heads_by_id = state.lock_heads(conn, targets)
@@ -577,16 +576,10 @@ class Ledger:
 
     def _end_grace(self, conn: psycopg.Connection, subject_id: str, now: datetime) -> list[Event]:
         revoked = state.heads_where(conn, subject_id, "status = 'revoked' AND keys_destroyed_at IS NULL", ())
-        rows = conn.execute(
-            "SELECT memory_id, revoked_at FROM ledger_memories WHERE memory_id = ANY(%s)",
-            ([h.memory_id for h in revoked],),
-        ).fetchall()
-        revoked_at = {r[0]: r[1] for r in rows}
         due = [
             h
             for h in revoked
-            if revoked_at.get(h.memory_id) is None
-            or revoked_at[h.memory_id] + self.policy.of(h.sensitivity).consent_grace <= now
+            if h.revoked_at is None or h.revoked_at + self.policy.of(h.sensitivity).consent_grace <= now
         ]
         if not due:
             return []

@@ -112,6 +112,7 @@ class MemoryHead:
     source_ref: str | None
     consent_ref: str | None
     sealed_content: SealedText | None
+    revoked_at: datetime | None
 
 
 def install(conn: psycopg.Connection) -> None:
@@ -123,7 +124,7 @@ def install(conn: psycopg.Connection) -> None:
 
 def _head(row: tuple[Any, ...]) -> MemoryHead:
     (mid, sid, rev, status, kind, purpose, derived, scope_type, scope_id, key, sensitivity, basis, expires_at,
-     confidence, veracity, source_ref, consent_ref, sealed) = row  # fmt: skip
+     confidence, veracity, source_ref, consent_ref, sealed, revoked_at) = row  # fmt: skip
     return MemoryHead(
         memory_id=str(mid),
         subject_id=str(sid),
@@ -142,12 +143,13 @@ def _head(row: tuple[Any, ...]) -> MemoryHead:
         source_ref=source_ref,
         consent_ref=consent_ref,
         sealed_content=None if sealed is None else SealedText.model_validate(sealed),
+        revoked_at=revoked_at,
     )
 
 
 _HEAD_COLUMNS = (
     "memory_id, subject_id, revision, status, kind, purpose, derived_from, scope_type, scope_id, key, sensitivity,"
-    " retention_basis, expires_at, confidence, veracity, source_ref, consent_ref, sealed_content"
+    " retention_basis, expires_at, confidence, veracity, source_ref, consent_ref, sealed_content, revoked_at"
 )
 
 

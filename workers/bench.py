@@ -104,17 +104,25 @@ def services_for(env: dict[str, str], own_vectors: bool = False) -> Services:
     return build(Settings.model_validate(fields), own_vectors=own_vectors)
 
 
-def _command(n: int) -> MemoryWrite:
-    subject = f"bench-user-{n % 50}"
+def _fact(subject: str, content: str, turn_id: str) -> MemoryWrite:
+    """A subject-scoped ``fact`` for purpose ``bench``, written by ``bench``."""
     return MemoryWrite.model_validate(
         {
             "subject_id": subject,
             "kind": "fact",
             "purpose": "bench",
             "scope": {"type": "subject", "id": subject},
-            "content": f"Benchmark memory {n}: the user mentioned project {n % 97} and a deadline in week {n % 52}.",
-            "provenance": {"writer": "bench", "written_at": utc_now(), "turn_id": f"b-{n}"},
+            "content": content,
+            "provenance": {"writer": "bench", "written_at": utc_now(), "turn_id": turn_id},
         }
+    )
+
+
+def _command(n: int) -> MemoryWrite:
+    return _fact(
+        f"bench-user-{n % 50}",
+        f"Benchmark memory {n}: the user mentioned project {n % 97} and a deadline in week {n % 52}.",
+        f"b-{n}",
     )
 
 
@@ -312,16 +320,10 @@ def bench_locomo(env: dict[str, str], path: Path, progress: Progress) -> dict[st
 
 
 def _erasure_target(n: int) -> MemoryWrite:
-    subject = f"bench-erase-{n}"
-    return MemoryWrite.model_validate(
-        {
-            "subject_id": subject,
-            "kind": "fact",
-            "purpose": "bench",
-            "scope": {"type": "subject", "id": subject},
-            "content": f"Erasure target {n}: the user's locker code is {1000 + n} and their badge is B-{n:05d}.",
-            "provenance": {"writer": "bench", "written_at": utc_now(), "turn_id": f"e-{n}"},
-        }
+    return _fact(
+        f"bench-erase-{n}",
+        f"Erasure target {n}: the user's locker code is {1000 + n} and their badge is B-{n:05d}.",
+        f"e-{n}",
     )
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from contracts import utc_now
+from tests.builders import PURPOSE
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
@@ -33,6 +35,13 @@ def svc(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> It
     services = build(local_settings(tmp_path / "data", fresh_dsn, redis_url))
     yield services
     services.close()
+
+
+def recall_ids(svc: Services, query: str, subject: str = "alice", **kw: Any) -> list[str]:
+    """Ids recalled for ``PURPOSE`` at now, each top-level item followed by the sources
+    grouped under it."""
+    result = svc.recall.recall(svc.principal(), subject, PURPOSE, query, utc_now(), **kw)
+    return [m.memory_id for i in result.items for m in i.members()]
 
 
 def one(svc: Services, sql: str, *params: Any) -> Any:

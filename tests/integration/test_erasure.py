@@ -24,17 +24,12 @@ from projections.runner import RetryPolicy
 from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
 from projections.trace import trace
 from projections.trace_html import render_html
-from tests.builders import PURPOSE, memory_write
-from tests.integration.conftest import one
+from tests.builders import memory_write
+from tests.integration.conftest import one, recall_ids
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-def recall_ids(svc: Services, query: str, subject: str = "alice") -> list[str]:
-    result = svc.recall.recall(svc.principal(), subject, PURPOSE, query, utc_now())
-    return [m for i in result.items for m in (i.memory_id, *(g.memory_id for g in i.grouped))]
 
 
 def provenance(**fields: Any) -> dict[str, Any]:

@@ -19,16 +19,10 @@ from contracts import (
 from ledger.eventlog import LogPosition
 from projections.trace import trace
 from tests.builders import PURPOSE, later, memory_write
-from tests.integration.conftest import one
+from tests.integration.conftest import one, recall_ids
 from workers.bootstrap import PROJECTION_NAMES, Services
 
 pytestmark = pytest.mark.integration
-
-
-def recall_ids(svc: Services, query: str, subject: str = "alice", **kw: Any) -> list[str]:
-    """Ids recalled, each top-level item followed by the sources grouped under it."""
-    result = svc.recall.recall(svc.principal(), subject, PURPOSE, query, utc_now(), **kw)
-    return [m.memory_id for i in result.items for m in i.members()]
 
 
 def test_facts_row_history_and_full_text(svc: Services) -> None:
