@@ -26,16 +26,28 @@ from contracts.events import (
     SummaryDerived,
     touched_memories,
 )
-from contracts.memory import MemoryBody, Provenance, Retention, Scope, SealedText
+from contracts.memory import (
+    PERSONAL_CONTEXT,
+    ClearProvenance,
+    MemoryBody,
+    PersonalFields,
+    Provenance,
+    Retention,
+    Scope,
+    SealedText,
+    full_provenance,
+)
 from contracts.serialization import decode_event, describe_validation_error, encode_event, evolved
 from contracts.types import VERACITY_CONFIDENCE, utc_now
 
 __all__ = [
     "EVENT_ADAPTER",
     "EVENT_TYPES",
+    "PERSONAL_CONTEXT",
     "SCHEMA_VERSION",
     "SCHEMA_VERSIONS",
     "VERACITY_CONFIDENCE",
+    "ClearProvenance",
     "ConflictDetected",
     "ConsentRevoked",
     "ContractError",
@@ -51,6 +63,7 @@ __all__ = [
     "MemorySuperseded",
     "MemoryWrite",
     "MemoryWritten",
+    "PersonalFields",
     "Provenance",
     "RedactMemory",
     "RedactedState",
@@ -66,6 +79,7 @@ __all__ = [
     "describe_validation_error",
     "encode_event",
     "evolved",
+    "full_provenance",
     "touched_memories",
     "utc_now",
 ]

@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from contracts.memory import Frozen, MemoryBody, Provenance, Scope, SealedText
-from contracts.types import Kind, MemoryId, MemoryStatus, NonEmptyStr, UtcDatetime
+from contracts.memory import ClearProvenance, Frozen, MemoryBody, SealedText
+from contracts.types import Kind, MemoryId, MemoryStatus, NonEmptyStr, ScopeType, UtcDatetime
 
 SCHEMA_VERSION = 1
 """The first schema version of every event type. Versions are per type: the current one
@@ -88,26 +88,30 @@ class MemoryConfirmed(Envelope):
 class MemoryReinforced(Envelope):
     """The same statement was recorded again for a live memory: no new memory is made;
     the memory's ``confidence`` rises to the value given (see ``ledger.policy.reinforce``)
-    and ``provenance`` records where the repetition came from."""
+    and ``provenance`` records where the repetition came from (its references, when it
+    has any, sealed in ``personal`` under the memory's current data key)."""
 
     type: Literal["MemoryReinforced"] = "MemoryReinforced"
     memory_id: MemoryId
     revision: int = Field(ge=2)
     confidence: float = Field(ge=0.0, le=1.0)
-    provenance: Provenance
+    provenance: ClearProvenance
+    personal: SealedText | None = None
 
 
 class ConflictDetected(Envelope):
     """Live memories with the same subject, purpose, scope and ``key`` make different
     claims from different sources. No claim wins by arriving last: every memory in
     ``affected`` (two or more) becomes ``needs_confirmation`` until the subject confirms
-    one or states the value again."""
+    one or states the value again.
+
+    The slot's ``key`` and scope id are personal fields: the event does not repeat them
+    (each member's sealed fields hold them); projections take them from the members."""
 
     type: Literal["ConflictDetected"] = "ConflictDetected"
     conflict_id: NonEmptyStr
-    key: NonEmptyStr
     purpose: NonEmptyStr
-    scope: Scope
+    scope_type: ScopeType
     affected: tuple[MemoryRef, ...] = Field(min_length=2)
 
 
@@ -118,7 +122,7 @@ class RedactedState(Frozen):
     status: MemoryStatus
     kind: Kind
     purpose: NonEmptyStr
-    scope: Scope
+    scope_type: ScopeType
     expires_at: UtcDatetime | None = None
     derived_from: tuple[NonEmptyStr, ...] = ()
 
@@ -126,7 +130,8 @@ class RedactedState(Frozen):
 class MemoryRedacted(Envelope):
     """Part of a memory's text was removed; ``content`` is the new, sealed text, under a
     new data key: the key of the text it replaces is destroyed, so no copy of that text
-    in the log stays readable."""
+    in the log stays readable. ``personal`` holds the memory's personal fields sealed
+    under the new key (the ones under the destroyed key are unreadable from now on)."""
 
     type: Literal["MemoryRedacted"] = "MemoryRedacted"
     memory_id: MemoryId
@@ -135,13 +140,17 @@ class MemoryRedacted(Envelope):
     content: SealedText
     content_hmac: NonEmptyStr | None = None
     state: RedactedState | None = None
+    personal: SealedText | None = None
 
 
 class ConsentRevoked(Envelope):
-    """Consent was withdrawn; every memory in ``affected`` is now ``revoked``."""
+    """Consent was withdrawn; every memory in ``affected`` is now ``revoked``.
+
+    ``consent_ref`` (the withdrawn consent's reference, when revoked by reference) is
+    sealed under the subject's data key, destroyed when the whole subject is erased."""
 
     type: Literal["ConsentRevoked"] = "ConsentRevoked"
-    consent_ref: NonEmptyStr | None = None
+    consent_ref: SealedText | None = None
     purpose: NonEmptyStr | None = None
     affected: tuple[MemoryRef, ...]
 

@@ -90,18 +90,82 @@ class SealedText(Frozen):
         return self
 
 
+class ClearProvenance(Frozen):
+    """The parts of :class:`Provenance` the log keeps in clear: which component wrote the
+    memory, when (UTC), and which memories it was derived from. The references that can
+    name the subject's own material (turn, tool call, consent, source) are sealed in
+    :class:`PersonalFields`."""
+
+    writer: NonEmptyStr
+    written_at: UtcDatetime
+    derived_from: tuple[NonEmptyStr, ...] = ()
+
+    @classmethod
+    def of(cls, provenance: Provenance) -> ClearProvenance:
+        """The clear part of a command's provenance."""
+        return cls(writer=provenance.writer, written_at=provenance.written_at, derived_from=provenance.derived_from)
+
+
+class PersonalFields(Frozen):
+    """The fields of a memory besides its text that can identify or describe the subject:
+    the attribute ``key``, the ``scope_id`` (a document or workspace id, or the subject's
+    own id) and the provenance references. Events carry them sealed (JSON, AES-GCM under
+    the memory's data key, see ``ledger.crypto``), so destroying the key makes them as
+    unreadable as the text."""
+
+    key: NonEmptyStr | None = None
+    scope_id: NonEmptyStr
+    turn_id: NonEmptyStr | None = None
+    tool_call_id: NonEmptyStr | None = None
+    consent_ref: NonEmptyStr | None = None
+    source_ref: NonEmptyStr | None = None
+
+    @classmethod
+    def of(cls, key: str | None, scope: Scope, provenance: Provenance) -> PersonalFields:
+        """The personal fields of a command's memory."""
+        return cls(
+            key=key,
+            scope_id=scope.id,
+            turn_id=provenance.turn_id,
+            tool_call_id=provenance.tool_call_id,
+            consent_ref=provenance.consent_ref,
+            source_ref=provenance.source_ref,
+        )
+
+    def references(self) -> dict[str, str | None]:
+        """The provenance references: ``turn_id``, ``tool_call_id``, ``consent_ref``, ``source_ref``."""
+        return self.model_dump(include={"turn_id", "tool_call_id", "consent_ref", "source_ref"})
+
+
+PERSONAL_CONTEXT = "personal"
+"""Associated-data context under which :class:`PersonalFields` are sealed (so that a
+sealed text and the sealed personal fields of one memory cannot be swapped)."""
+
+
+def full_provenance(clear: ClearProvenance, personal: PersonalFields | None) -> dict[str, object]:
+    """The provenance of a memory as JSON (the shape of :class:`Provenance`): its clear
+    part and, when they could be opened, its sealed references (else they are absent)."""
+    out: dict[str, object] = clear.model_dump(mode="json")
+    if personal is not None:
+        out.update({k: v for k, v in personal.references().items() if v is not None})
+    return out
+
+
 class MemoryBody(Frozen):
     """What a ``MemoryWritten`` or ``SummaryDerived`` event carries about the memory.
 
-    ``content`` is sealed: the log never holds memory text in clear.
+    ``content`` and ``personal`` (a :class:`PersonalFields` as JSON) are sealed under the
+    memory's data key: the log never holds memory text, key, scope id or provenance
+    references in clear. In clear: kind, purpose, scope type, sensitivity, retention,
+    confirmation, confidence, veracity, the writer and the ids it was derived from.
     """
 
     kind: Kind
     content: SealedText
-    key: NonEmptyStr | None = None
+    personal: SealedText
     purpose: NonEmptyStr
-    scope: Scope
-    provenance: Provenance
+    scope_type: ScopeType
+    provenance: ClearProvenance
     sensitivity: Sensitivity = "internal"
     retention: Retention = Field(default_factory=Retention)
     confirmed: bool = False

@@ -1,9 +1,13 @@
 """Crypto-shredding: per-memory data keys, wrapped by a master key, in Postgres.
 
-Each memory's text is sealed with AES-256-GCM under its own data key (``key_id`` =
-``memory_id``); the data key is stored wrapped (AES-256-GCM under the master key) in
-``memory_keys``. Destroying the wrapped key makes every copy of the sealed text in the
-log, its replicas and its backups unreadable. Content fingerprints are HMAC-SHA256
+Each memory's text and personal fields (``contracts.PersonalFields``) are sealed with
+AES-256-GCM under its own data key (``key_id`` = ``memory_id``, or
+``<memory_id>/<revision>`` after a redaction); fields that belong to the subject rather
+than to one memory are sealed under a subject key (``subject:<uuid>``). Data keys are
+stored wrapped (AES-256-GCM under the master key) in ``memory_keys``. One memory is
+shredded by destroying its keys; a whole subject by destroying all of them. Destroying
+a wrapped key makes every copy of what it sealed in the log, its replicas and its
+backups unreadable. Content fingerprints are HMAC-SHA256
 under a key derived from the master key with HKDF-SHA256 (RFC 5869), so probes can
 look for a copy without keeping the content.
 
@@ -21,6 +25,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import uuid
 from dataclasses import dataclass
 
 import psycopg
@@ -63,6 +68,10 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text.encode("ascii"))
+
+
+def _aad(key_id: str, context: str | None) -> bytes:
+    return key_id.encode() if context is None else f"{key_id}\x00{context}".encode()
 
 
 def parse_master_key(text: str) -> bytes:
@@ -204,8 +213,12 @@ class Keyring:
         """HMAC-SHA256 (hex) of ``text`` under the fingerprint key."""
         return hmac.new(self._fingerprint_key, text.encode("utf-8"), hashlib.sha256).hexdigest()
 
-    def seal(self, conn: psycopg.Connection, subject_id: str, key_id: str, text: str) -> SealedText:
-        """Encrypt ``text`` under the data key ``key_id``, creating the key if needed.
+    def seal(
+        self, conn: psycopg.Connection, subject_id: str, key_id: str, text: str, context: str | None = None
+    ) -> SealedText:
+        """Encrypt ``text`` under the data key ``key_id``, creating the key if needed. The
+        associated data is the key id (and ``context``, when given: text sealed with one
+        context does not open with another, e.g. ``contracts.PERSONAL_CONTEXT``).
 
         Raises:
             KeyStoreError: the key exists but was destroyed (the memory was erased).
@@ -222,19 +235,47 @@ class Keyring:
             if inserted is None:
                 raise KeyStoreError(f"key {key_id!r} was destroyed: its memory was erased")
         nonce = os.urandom(_NONCE_BYTES)
-        ciphertext = AESGCM(data_key).encrypt(nonce, text.encode("utf-8"), key_id.encode())
+        ciphertext = AESGCM(data_key).encrypt(nonce, text.encode("utf-8"), _aad(key_id, context))
         return SealedText(key_id=key_id, nonce=_b64(nonce), ciphertext=_b64(ciphertext))
 
-    def open(self, conn: psycopg.Connection, sealed: SealedText) -> str | None:
-        """Decrypt sealed text; ``None`` when its data key has been destroyed or never existed."""
+    def open(self, conn: psycopg.Connection, sealed: SealedText, context: str | None = None) -> str | None:
+        """Decrypt sealed text (sealed with the same ``context``); ``None`` when its data
+        key has been destroyed or never existed.
+
+        Raises:
+            CorruptContentError: the ciphertext does not authenticate under its key.
+        """
         data_key = self._load(conn, sealed.key_id)
         if data_key is None:
             return None
         try:
-            plain = AESGCM(data_key).decrypt(_unb64(sealed.nonce), _unb64(sealed.ciphertext), sealed.key_id.encode())
+            plain = AESGCM(data_key).decrypt(
+                _unb64(sealed.nonce), _unb64(sealed.ciphertext), _aad(sealed.key_id, context)
+            )
         except InvalidTag:
             raise CorruptContentError(sealed.key_id) from None
         return plain.decode("utf-8")
+
+    def subject_key_id(self, conn: psycopg.Connection, subject_id: str) -> str:
+        """The id of the subject's live data key (``subject:<uuid>``), for fields that
+        belong to the subject rather than to one memory (a withdrawn consent reference).
+        A new one is made when the subject has none (first use, or after the whole
+        subject was erased); seal with it through :meth:`seal`."""
+        row = conn.execute(
+            "SELECT key_id FROM memory_keys WHERE subject_id = %s AND key_id LIKE 'subject:%%'"
+            " AND wrapped_key IS NOT NULL ORDER BY created_at DESC LIMIT 1",
+            (subject_id,),
+        ).fetchone()
+        return str(row[0]) if row is not None else f"subject:{uuid.uuid4()}"
+
+    def destroy_subject_keys(self, conn: psycopg.Connection, subject_id: str) -> int:
+        """Destroy the subject's subject-level keys (erasure of the whole subject).
+        Returns how many live keys were destroyed."""
+        return conn.execute(
+            "UPDATE memory_keys SET wrapped_key = NULL, destroyed_at = now()"
+            " WHERE subject_id = %s AND key_id LIKE 'subject:%%' AND wrapped_key IS NOT NULL",
+            (subject_id,),
+        ).rowcount
 
     def destroy(self, conn: psycopg.Connection, memory_ids: list[str], keep: str | None = None) -> int:
         """Destroy every data key of the given memories (``<memory_id>`` and the

@@ -55,10 +55,14 @@ def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
     if cmd.source_ref is not None:
         ref = cmd.source_ref
         heads = state.heads_where(conn, cmd.subject_id, _SOURCE_MATCH, (ref, ref, ref))
+        earlier = _request_for_source(conn, cmd.subject_id, ref)
+        if not heads and earlier is not None:
+            raise InvalidCommandError("source_ref", f"every memory from {ref!r} is already erased (by {earlier})")
         if not heads:
             raise InvalidCommandError(
                 "source_ref",
-                f"no memory of {cmd.subject_id!r} names {ref!r} as its turn_id, tool_call_id or source_ref",
+                f"no memory of {cmd.subject_id!r} names {ref!r} as its turn_id, tool_call_id or source_ref"
+                " (an erased memory keeps no provenance references)",
             )
         targets = [h.memory_id for h in heads if h.status != "erased"]
         if not targets:
@@ -72,6 +76,17 @@ def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
         if not targets:
             raise InvalidCommandError("memory_ids", "every memory named is already erased")
     return targets + [m for m in state.derived_closure(conn, targets) if m not in targets]
+
+
+def _request_for_source(conn: psycopg.Connection, subject_id: str, source_ref: str) -> str | None:
+    """The latest erasure request of the subject that named ``source_ref``, if any
+    (erased heads keep no provenance references, the request record does)."""
+    row = conn.execute(
+        "SELECT s.request_id FROM erasure_request_sources s JOIN erasure_requests r USING (request_id)"
+        " WHERE r.subject_id = %s AND s.source_ref = %s ORDER BY r.requested_at DESC LIMIT 1",
+        (subject_id, source_ref),
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def record_source(conn: psycopg.Connection, request_id: str, cmd: EraseMemories) -> None:

@@ -22,7 +22,9 @@ from psycopg_pool import ConnectionPool
 from uuid6 import uuid7
 
 from contracts import (
+    PERSONAL_CONTEXT,
     VERACITY_CONFIDENCE,
+    ClearProvenance,
     ConflictDetected,
     ConsentRevoked,
     EraseMemories,
@@ -36,11 +38,13 @@ from contracts import (
     MemorySuperseded,
     MemoryWrite,
     MemoryWritten,
+    PersonalFields,
     Provenance,
     RedactMemory,
     Retention,
     RetentionExpired,
     RevokeConsent,
+    SealedText,
     SummaryDerived,
     encode_event,
     utc_now,
@@ -239,9 +243,13 @@ class Ledger:
                 state.record_revocation(conn, cmd.subject_id, admission.purpose_ref(cmd.purpose), now)
             no_grace = [h.memory_id for h in heads if self.policy.of(h.sensitivity).consent_grace_days == 0]
             self._destroy_keys(conn, no_grace, now)
+            sealed_ref = None
+            if cmd.consent_ref is not None:
+                subject_key = self._keyring.subject_key_id(conn, cmd.subject_id)
+                sealed_ref = self._keyring.seal(conn, cmd.subject_id, subject_key, cmd.consent_ref)
             event = ConsentRevoked(
                 **self._envelope(cmd.subject_id, now, corr),
-                consent_ref=cmd.consent_ref,
+                consent_ref=sealed_ref,
                 purpose=cmd.purpose,
                 affected=affected,
             )
@@ -314,6 +322,7 @@ class Ledger:
             revision = head.revision + 1
             key_id = f"{cmd.memory_id}/{revision}"  # a new key: the old text's key is destroyed below
             sealed = self._keyring.seal(conn, subject_id, key_id, replacement)
+            personal = self._seal_personal(conn, subject_id, key_id, state.personal_fields(conn, cmd.memory_id))
             event = MemoryRedacted(
                 **self._envelope(subject_id, now, corr),
                 memory_id=cmd.memory_id,
@@ -322,6 +331,7 @@ class Ledger:
                 content=sealed,
                 content_hmac=self._keyring.fingerprint(replacement),
                 state=state.redacted_state(conn, cmd.memory_id),
+                personal=personal,
             )
             self._keyring.destroy(conn, [cmd.memory_id], keep=key_id)
             state.bump(conn, cmd.memory_id, revision)
@@ -370,6 +380,9 @@ class Ledger:
             )
             hmacs = state.content_hmacs(conn, targets)
             self._destroy_keys(conn, targets, now)
+            state.forget_personal(conn, targets)  # the head keeps ids, times and statuses only
+            if cmd.whole_subject:
+                self._keyring.destroy_subject_keys(conn, cmd.subject_id)
             for ref in affected:
                 state.bump(conn, ref.memory_id, ref.revision, "erased")
             conn.execute(
@@ -472,12 +485,15 @@ class Ledger:
     ) -> list[Event]:
         evidence = cmd.confidence if cmd.confidence is not None else VERACITY_CONFIDENCE[cmd.veracity]
         confidence = reinforce(head.confidence, evidence)
+        key_id = head.sealed_content.key_id if head.sealed_content is not None else head.memory_id
+        personal = PersonalFields.of(cmd.key, cmd.scope, cmd.provenance)
         event = MemoryReinforced(
             **self._envelope(cmd.subject_id, now, corr),
             memory_id=head.memory_id,
             revision=head.revision + 1,
             confidence=confidence,
-            provenance=cmd.provenance,
+            provenance=ClearProvenance.of(cmd.provenance),
+            personal=self._seal_personal(conn, cmd.subject_id, key_id, personal),
         )
         state.bump(conn, head.memory_id, event.revision)
         state.set_fields(conn, head.memory_id, confidence=confidence)
@@ -536,7 +552,6 @@ class Ledger:
     ) -> list[Event]:
         """``ConflictDetected`` for ``members``, then summaries that restated one of them
         regenerated from their other sources (a disputed claim is no evidence)."""
-        assert cmd.key is not None
         affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in members)
         for ref in affected:
             state.bump(conn, ref.memory_id, ref.revision, "needs_confirmation")
@@ -544,9 +559,8 @@ class Ledger:
         conflict = ConflictDetected(
             **self._envelope(cmd.subject_id, now, corr, causation_id=causation_id),
             conflict_id="cf-" + new_id(),
-            key=cmd.key,
             purpose=cmd.purpose,
-            scope=cmd.scope,
+            scope_type=cmd.scope.type,
             affected=affected,
         )
         summaries = self._live_summaries_of(conn, cmd.subject_id, ids)
@@ -669,6 +683,12 @@ class Ledger:
 
     # -- helpers ------------------------------------------------------------------------
 
+    def _seal_personal(
+        self, conn: psycopg.Connection, subject_id: str, key_id: str, personal: PersonalFields
+    ) -> SealedText:
+        """``personal`` as JSON, sealed under the data key ``key_id`` (the memory's)."""
+        return self._keyring.seal(conn, subject_id, key_id, personal.model_dump_json(), PERSONAL_CONTEXT)
+
     def _statement_hmac(self, text: str) -> str:
         return self._keyring.fingerprint("statement\x00" + normalise_statement(text))
 
@@ -696,13 +716,14 @@ class Ledger:
     ) -> MemoryWritten | SummaryDerived:
         status = "needs_confirmation" if cmd.kind == "inference" and not cmd.confirmed else "active"
         sealed = self._keyring.seal(conn, cmd.subject_id, memory_id, cmd.content)
+        personal = PersonalFields.of(cmd.key, cmd.scope, cmd.provenance)
         body = MemoryBody(
             kind=cmd.kind,
             content=sealed,
-            key=cmd.key,
+            personal=self._seal_personal(conn, cmd.subject_id, memory_id, personal),
             purpose=cmd.purpose,
-            scope=cmd.scope,
-            provenance=cmd.provenance,
+            scope_type=cmd.scope.type,
+            provenance=ClearProvenance.of(cmd.provenance),
             sensitivity=cmd.sensitivity,
             retention=cmd.retention,
             confirmed=cmd.confirmed,

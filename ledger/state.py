@@ -17,7 +17,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from contracts.events import RedactedState
-from contracts.memory import Scope, SealedText
+from contracts.memory import PersonalFields, Scope, SealedText
 from ledger.pgschema import ensure_schema
 
 SCHEMA_SQL = """
@@ -85,6 +85,11 @@ CREATE TABLE IF NOT EXISTS consent_revocations (
 CREATE TABLE IF NOT EXISTS ledger_schema_lifecycle (applied_at timestamptz NOT NULL DEFAULT now());
 """
 
+PERSONAL_SQL = """
+ALTER TABLE ledger_memories ALTER COLUMN scope_id DROP NOT NULL;
+CREATE TABLE IF NOT EXISTS ledger_schema_personal (applied_at timestamptz NOT NULL DEFAULT now());
+"""
+
 ACTIVE_STATUSES = ("active", "needs_confirmation")
 """Statuses of a memory that may be used (recall, slots, sources)."""
 HOLDING_STATUSES = (*ACTIVE_STATUSES, "superseded")
@@ -102,7 +107,8 @@ class MemoryHead:
     kind: str
     purpose: str
     derived_from: tuple[str, ...]
-    scope: Scope
+    scope_type: str
+    scope_id: str | None
     key: str | None
     sensitivity: str
     retention_basis: str
@@ -114,12 +120,24 @@ class MemoryHead:
     sealed_content: SealedText | None
     revoked_at: datetime | None
 
+    @property
+    def scope(self) -> Scope:
+        """The memory's scope.
+
+        Raises:
+            ValueError: the memory was erased (its head no longer knows the scope id).
+        """
+        if self.scope_id is None:
+            raise ValueError(f"memory {self.memory_id!r} was erased: its scope id is forgotten")
+        return Scope(type=self.scope_type, id=self.scope_id)  # type: ignore[arg-type]
+
 
 def install(conn: psycopg.Connection) -> None:
     """Create the ledger's tables if missing, and add the lifecycle columns to a ledger
     created by an earlier version."""
     ensure_schema(conn, "tombstones", SCHEMA_SQL)
     ensure_schema(conn, "ledger_schema_lifecycle", LIFECYCLE_SQL)
+    ensure_schema(conn, "ledger_schema_personal", PERSONAL_SQL)  # erasure forgets scope ids
 
 
 def _head(row: tuple[Any, ...]) -> MemoryHead:
@@ -133,7 +151,8 @@ def _head(row: tuple[Any, ...]) -> MemoryHead:
         kind=str(kind),
         purpose=str(purpose),
         derived_from=tuple(derived or ()),
-        scope=Scope(type=scope_type, id=scope_id),
+        scope_type=str(scope_type),
+        scope_id=scope_id,
         key=key,
         sensitivity=str(sensitivity),
         retention_basis=str(basis),
@@ -354,14 +373,46 @@ def redacted_state(conn: psycopg.Connection, memory_id: str) -> RedactedState:
         (memory_id,),
     ).fetchone()
     assert row is not None
-    status, kind, purpose, scope_type, scope_id, expires_at, derived = row
+    status, kind, purpose, scope_type, _scope_id, expires_at, derived = row
     return RedactedState(
         status=status,
         kind=kind,
         purpose=purpose,
-        scope=Scope(type=scope_type, id=scope_id),
+        scope_type=scope_type,
         expires_at=expires_at,
         derived_from=tuple(derived or ()),
+    )
+
+
+def personal_fields(conn: psycopg.Connection, memory_id: str) -> PersonalFields:
+    """The memory's personal fields as its head holds them (``contracts.PersonalFields``)."""
+    row = conn.execute(
+        "SELECT key, scope_id, turn_id, tool_call_id, consent_ref, source_ref FROM ledger_memories"
+        " WHERE memory_id = %s",
+        (memory_id,),
+    ).fetchone()
+    assert row is not None
+    key, scope_id, turn_id, tool_call_id, consent_ref, source_ref = row
+    return PersonalFields(
+        key=key,
+        scope_id=scope_id,
+        turn_id=turn_id,
+        tool_call_id=tool_call_id,
+        consent_ref=consent_ref,
+        source_ref=source_ref,
+    )
+
+
+def forget_personal(conn: psycopg.Connection, memory_ids: Sequence[str]) -> None:
+    """Drop the personal fields of erased memories from their heads: key, scope id,
+    provenance references, statement fingerprint and sealed copy (the content fingerprint
+    stays: trace probes search the stores with it). What stays is content-free: ids,
+    subject, revision, status, kind, purpose, scope type, class, times and lineage."""
+    conn.execute(
+        "UPDATE ledger_memories SET key = NULL, scope_id = NULL, consent_ref = NULL, turn_id = NULL,"
+        " tool_call_id = NULL, source_ref = NULL, statement_hmac = NULL, sealed_content = NULL"
+        " WHERE memory_id = ANY(%s)",
+        (list(memory_ids),),
     )
 
 

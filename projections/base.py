@@ -20,9 +20,18 @@ from typing import Protocol
 
 import psycopg
 from psycopg_pool import ConnectionPool
+from pydantic import ValidationError
 
-from contracts import ErasureRequested, Event, MemoryRedacted, MemoryReinforced, MemoryWritten, SummaryDerived
-from contracts.memory import SealedText
+from contracts import (
+    PERSONAL_CONTEXT,
+    ErasureRequested,
+    Event,
+    MemoryRedacted,
+    MemoryReinforced,
+    MemoryWritten,
+    SummaryDerived,
+)
+from contracts.memory import PersonalFields, SealedText
 from ledger.crypto import Keyring
 from ledger.errors import CorruptContentError
 from ledger.eventlog import LogPosition
@@ -283,6 +292,20 @@ class ContentAccess:
                 return self.keyring.open(conn, sealed)
         log.error("memory %s: data key %s never appeared; content skipped", memory_id, sealed.key_id)
         return None
+
+    def personal(self, memory_id: str, sealed: SealedText | None, conn: psycopg.Connection) -> PersonalFields | None:
+        """The personal fields (``contracts.PersonalFields``) sealed under the memory's data
+        key, or ``None`` when the event carries none, the key is destroyed, or they do not
+        authenticate or parse (logged). Call it after the memory's text passed ``open``
+        (which checks tombstones and waits for a key not yet committed)."""
+        if sealed is None:
+            return None
+        try:
+            plain = self.keyring.open(conn, sealed, PERSONAL_CONTEXT)
+            return None if plain is None else PersonalFields.model_validate_json(plain)
+        except (CorruptContentError, ValidationError) as exc:
+            log.error("memory %s: personal fields skipped: %s", memory_id, exc)
+            return None
 
     def is_tombstoned(self, memory_id: str, conn: psycopg.Connection) -> bool:
         """True when the memory was erased (by either registry)."""

@@ -6,6 +6,10 @@ purpose, scope and key disagree, and resolves a conflict only by appending furth
 events (``MemorySuperseded``, ``MemoryConfirmed``, ...): there is no "resolved" event.
 A conflict is therefore *open* while two or more of its members are still live
 (``active`` or ``needs_confirmation``) in the facts table.
+
+The slot's ``key`` and scope id are personal fields, sealed in each member's events
+(``contracts.PersonalFields``): they are read from the members' fact rows, so they
+disappear with the last member whose key is still readable.
 """
 
 from __future__ import annotations
@@ -44,12 +48,13 @@ class ConflictMember:
 
 @dataclass(frozen=True)
 class Conflict:
-    """One detected conflict; ``open`` while two or more members are live."""
+    """One detected conflict; ``open`` while two or more members are live. ``key`` and
+    ``scope["id"]`` are ``None`` once no member's personal fields are readable."""
 
     conflict_id: str
-    key: str
+    key: str | None
     purpose: str
-    scope: dict[str, str]
+    scope: dict[str, str | None]
     detected_at: datetime
     open: bool
     members: list[ConflictMember] = field(default_factory=list)
@@ -94,7 +99,7 @@ def list_conflicts(
         conflicts = cur.fetchall()
         ids = sorted({m for c in conflicts for m in c["memory_ids"]})
         cur.execute(
-            f"SELECT memory_id, status, content, veracity, provenance, written_at FROM {tables.facts}"
+            f"SELECT memory_id, status, content, veracity, provenance, written_at, key, scope_id FROM {tables.facts}"
             " WHERE memory_id = ANY(%s)",
             (ids,),
         )
@@ -103,13 +108,14 @@ def list_conflicts(
     for c in conflicts:
         members = [_member(m, facts.get(m)) for m in c["memory_ids"]]
         is_open = sum(m.status in LIVE_STATUSES for m in members) >= 2
+        slot = next((facts[m] for m in c["memory_ids"] if m in facts and facts[m]["key"] is not None), None)
         if is_open or include_resolved:
             out.append(
                 Conflict(
                     conflict_id=c["conflict_id"],
-                    key=c["key"],
+                    key=None if slot is None else slot["key"],
                     purpose=c["purpose"],
-                    scope={"type": c["scope_type"], "id": c["scope_id"]},
+                    scope={"type": c["scope_type"], "id": None if slot is None else slot["scope_id"]},
                     detected_at=c["detected_at"],
                     open=is_open,
                     members=members,

@@ -32,6 +32,7 @@ from contracts import (
     MemorySuperseded,
     MemoryWritten,
     RetentionExpired,
+    full_provenance,
     touched_memories,
 )
 from ledger.eventlog import LogPosition
@@ -89,7 +90,7 @@ CREATE TABLE IF NOT EXISTS facts_v{version} (
     key              text,
     purpose          text NOT NULL,
     scope_type       text NOT NULL,
-    scope_id         text NOT NULL,
+    scope_id         text,
     sensitivity      text NOT NULL,
     retention_basis  text NOT NULL,
     expires_at       timestamptz,
@@ -123,10 +124,8 @@ CREATE TABLE IF NOT EXISTS facts_history_v{version} (
 CREATE TABLE IF NOT EXISTS facts_conflicts_v{version} (
     conflict_id   text PRIMARY KEY,
     subject_id    text NOT NULL,
-    key           text NOT NULL,
     purpose       text NOT NULL,
     scope_type    text NOT NULL,
-    scope_id      text NOT NULL,
     memory_ids    text[] NOT NULL,
     detected_at   timestamptz NOT NULL,
     event_id      text NOT NULL
@@ -155,7 +154,12 @@ def status_after(event: Event) -> str | None:
 
 
 _CONTENT_GONE = (ConsentRevoked, RetentionExpired)
-"""Events after which a memory's text must not be readable in facts."""
+"""Events after which a memory's text and personal fields (key, scope id, provenance
+references) must not be readable in facts: a replay cannot read them either once the
+data key is destroyed."""
+
+_REFERENCES = ("turn_id", "tool_call_id", "consent_ref", "source_ref")
+"""The provenance references among the personal fields (``contracts.PersonalFields``)."""
 
 
 class FactsProjection(base.TransactionalProjection):
@@ -214,8 +218,10 @@ class FactsProjection(base.TransactionalProjection):
         text = self._content.open(e.memory_id, e.memory.content, conn)
         if text is None and self._content.is_tombstoned(e.memory_id, conn):
             return False  # erased before we got here: nothing of it may be stored
-        # text None and no tombstone: a later redaction destroyed this text's key; keep the
-        # row without content, the MemoryRedacted event further on fills it in
+        # text None and no tombstone: a later redaction, revocation or expiry destroyed this
+        # text's key; keep the row without content or personal fields (a MemoryRedacted
+        # event further on fills them in)
+        personal = None if text is None else self._content.personal(e.memory_id, e.memory.personal, conn)
         m = e.memory
         status = "needs_confirmation" if m.kind == "inference" and not m.confirmed else "active"
         conn.execute(
@@ -234,17 +240,17 @@ class FactsProjection(base.TransactionalProjection):
                 m.kind,
                 text,
                 m.content_hmac,
-                m.key,
+                None if personal is None else personal.key,
                 m.purpose,
-                m.scope.type,
-                m.scope.id,
+                m.scope_type,
+                None if personal is None else personal.scope_id,
                 m.sensitivity,
                 m.retention.basis,
                 m.retention.expires_at,
                 m.confirmed,
                 m.confidence,
                 m.veracity,
-                Jsonb(m.provenance.model_dump(mode="json")),
+                Jsonb(full_provenance(m.provenance, personal)),
                 list(m.provenance.derived_from),
                 m.provenance.written_at,
                 e.occurred_at,
@@ -258,10 +264,24 @@ class FactsProjection(base.TransactionalProjection):
             return False
         # text None and no tombstone: replaying a memory whose keys a later revocation,
         # expiry or redaction destroyed; the row gets this revision without text, as live
+        personal = None if text is None else self._content.personal(e.memory_id, e.personal, conn)
         conn.execute(
-            f"UPDATE {self.table} SET content = %s, content_hmac = %s, revision = %s, updated_at = %s"
-            " WHERE memory_id = %s AND revision < %s",
-            (text, e.content_hmac, e.revision, e.occurred_at, e.memory_id, e.revision),
+            f"UPDATE {self.table} SET content = %s, content_hmac = %s, revision = %s, updated_at = %s,"
+            " key = CASE WHEN %s THEN %s ELSE key END, scope_id = CASE WHEN %s THEN %s ELSE scope_id END,"
+            " provenance = provenance || %s WHERE memory_id = %s AND revision < %s",
+            (
+                text,
+                e.content_hmac,
+                e.revision,
+                e.occurred_at,
+                personal is not None,
+                None if personal is None else personal.key,
+                personal is not None,
+                None if personal is None else personal.scope_id,
+                Jsonb({} if personal is None else {k: v for k, v in personal.references().items() if v}),
+                e.memory_id,
+                e.revision,
+            ),
         )
         return True
 
@@ -281,7 +301,9 @@ class FactsProjection(base.TransactionalProjection):
             conn.execute(
                 f"UPDATE {self.table} SET status = %s, revision = %s, updated_at = %s,"
                 " superseded_by = coalesce(%s, superseded_by), confirmed = coalesce(%s, confirmed),"
-                " content = CASE WHEN %s THEN NULL ELSE content END"
+                " content = CASE WHEN %s THEN NULL ELSE content END,"
+                " key = CASE WHEN %s THEN NULL ELSE key END, scope_id = CASE WHEN %s THEN NULL ELSE scope_id END,"
+                " provenance = CASE WHEN %s THEN provenance - %s::text[] ELSE provenance END"
                 " WHERE memory_id = %s AND revision < %s",
                 (
                     status,
@@ -290,6 +312,10 @@ class FactsProjection(base.TransactionalProjection):
                     superseded_by,
                     confirmed,
                     drop_content,
+                    drop_content,
+                    drop_content,
+                    drop_content,
+                    list(_REFERENCES),
                     ref.memory_id,
                     ref.revision,
                 ),
@@ -298,17 +324,15 @@ class FactsProjection(base.TransactionalProjection):
     def _conflict(self, conn: psycopg.Connection, e: ConflictDetected) -> None:
         conn.execute(
             f"""
-            INSERT INTO {self.tables.conflicts} (conflict_id, subject_id, key, purpose, scope_type, scope_id,
-                memory_ids, detected_at, event_id)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (conflict_id) DO NOTHING
+            INSERT INTO {self.tables.conflicts} (conflict_id, subject_id, purpose, scope_type, memory_ids,
+                detected_at, event_id)
+            VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (conflict_id) DO NOTHING
             """,
             (
                 e.conflict_id,
                 e.subject_id,
-                e.key,
                 e.purpose,
-                e.scope.type,
-                e.scope.id,
+                e.scope_type,
                 [r.memory_id for r in e.affected],
                 e.occurred_at,
                 e.event_id,

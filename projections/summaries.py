@@ -25,6 +25,7 @@ from contracts import (
     MemorySuperseded,
     RetentionExpired,
     SummaryDerived,
+    full_provenance,
     touched_memories,
 )
 from ledger.eventlog import LogPosition
@@ -114,6 +115,9 @@ class SummariesProjection(base.TransactionalProjection):
         text = self._content.open(e.memory_id, e.memory.content, conn)
         if text is None:
             return
+        personal = self._content.personal(e.memory_id, e.memory.personal, conn)
+        if personal is None:
+            return  # its key was destroyed between the two reads: nothing of it may be stored
         m = e.memory
         conn.execute(
             f"""
@@ -130,13 +134,13 @@ class SummariesProjection(base.TransactionalProjection):
                 text,
                 m.content_hmac,
                 m.purpose,
-                m.scope.type,
-                m.scope.id,
+                m.scope_type,
+                personal.scope_id,
                 list(m.provenance.derived_from),
-                Jsonb(m.provenance.model_dump(mode="json")),
+                Jsonb(full_provenance(m.provenance, personal)),
                 m.provenance.written_at,
                 m.retention.expires_at,
-                m.key,
+                personal.key,
                 m.sensitivity,
                 m.confidence,
                 m.veracity,

@@ -28,6 +28,7 @@ from contracts import (
     MemoryReinforced,
     MemorySuperseded,
     MemoryWritten,
+    PersonalFields,
     RetentionExpired,
     SummaryDerived,
     touched_memories,
@@ -100,6 +101,8 @@ class VectorsProjection(base.PositionedProjection):
         sealed = [(w.memory_id, w.memory.content if isinstance(w, MemoryWritten) else w.content) for w in writes]
         opened = self._content.open_many(sealed)
         texts = {w.event_id: t for w, t in zip(writes, opened, strict=True) if t is not None}
+        personal = self._personal([w for w in writes if w.event_id in texts])
+        texts = {k: t for k, t in texts.items() if k in personal}
         vectors = dict(zip(texts, self._embedder.embed(list(texts.values())), strict=True))
         ids = list(dict.fromkeys(r.memory_id for e in events for r in touched_memories(e)))
         current = {m: dict(p.payload) for m, p in self._index.retrieve(ids).items()} if ids else {}
@@ -108,7 +111,7 @@ class VectorsProjection(base.PositionedProjection):
                 continue
             if isinstance(e, MemoryWritten | MemoryRedacted):
                 if e.event_id in vectors:
-                    self._upsert(e, vectors[e.event_id], current)
+                    self._upsert(e, vectors[e.event_id], personal[e.event_id], current)
             elif isinstance(e, MemoryConfirmed):
                 self._update(e.memory_id, e.revision, {"status": "active"}, current)
             elif isinstance(e, MemoryReinforced):
@@ -121,6 +124,20 @@ class VectorsProjection(base.PositionedProjection):
                 self._index.delete(gone)
                 for m in gone:
                     current.pop(m, None)
+
+    def _personal(self, writes: Sequence[MemoryWritten | MemoryRedacted]) -> dict[str, PersonalFields]:
+        """The opened personal fields of each write, by event id (writes whose fields
+        cannot be opened are left out: they get no point)."""
+        if not writes:
+            return {}
+        out: dict[str, PersonalFields] = {}
+        with self._pool.connection() as conn:
+            for w in writes:
+                sealed = w.memory.personal if isinstance(w, MemoryWritten) else w.personal
+                fields = self._content.personal(w.memory_id, sealed, conn)
+                if fields is not None:
+                    out[w.event_id] = fields
+        return out
 
     def _update(
         self,
@@ -174,7 +191,11 @@ class VectorsProjection(base.PositionedProjection):
         }
 
     def _upsert(
-        self, e: MemoryWritten | MemoryRedacted, vector: list[float], current: dict[str, dict[str, Any]]
+        self,
+        e: MemoryWritten | MemoryRedacted,
+        vector: list[float],
+        personal: PersonalFields,
+        current: dict[str, dict[str, Any]],
     ) -> None:
         existing = current.get(e.memory_id)
         if existing is not None and int(existing.get("revision", 0)) >= e.revision:
@@ -193,8 +214,8 @@ class VectorsProjection(base.PositionedProjection):
                     e.state.status,
                     e.state.kind,
                     e.state.purpose,
-                    e.state.scope.type,
-                    e.state.scope.id,
+                    e.state.scope_type,
+                    personal.scope_id,
                     e.state.expires_at,
                     e.state.derived_from,
                 )
@@ -211,8 +232,8 @@ class VectorsProjection(base.PositionedProjection):
                 status,
                 m.kind,
                 m.purpose,
-                m.scope.type,
-                m.scope.id,
+                m.scope_type,
+                personal.scope_id,
                 m.retention.expires_at,
                 m.provenance.derived_from,
             )

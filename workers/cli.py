@@ -80,8 +80,9 @@ def _where(r: CommandResult) -> str:
     return ", ".join(f"partition {p.partition} offset {p.offset}" for p in r.positions)
 
 
-def _describe_write(r: CommandResult) -> str:
-    """What a write ended in: a new memory, a restatement, a supersession or a conflict."""
+def _describe_write(r: CommandResult, key: str | None) -> str:
+    """What a write ended in: a new memory, a restatement, a supersession or a conflict
+    (on the written memory's ``key``)."""
     first = r.events[0]
     if first.type == "MemoryReinforced":
         text = f"same statement as memory {r.memory_id}: reinforced, confidence now {first.confidence:.3f}"
@@ -96,7 +97,7 @@ def _describe_write(r: CommandResult) -> str:
         if e.type == "ConflictDetected":
             members = ", ".join(ref.memory_id for ref in e.affected)
             text += (
-                f"; conflict {e.conflict_id} on key {e.key!r}: {members} now need confirmation"
+                f"; conflict {e.conflict_id} on key {key!r}: {members} now need confirmation"
                 f" (see memledger conflicts {e.subject_id})"
             )
     return f"{text} at {_where(r)}"
@@ -182,7 +183,7 @@ def write(
     with services() as svc:
         r = svc.ledger.write(svc.principal(), cmd)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: _describe_write(r))
+    emit(as_json, _result(r), lambda: _describe_write(r, cmd.key))
 
 
 @app.command()

@@ -218,8 +218,9 @@ def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
         for c in conflicts:
             state = "open" if c.open else "resolved"
             title = (
-                f"conflict {c.conflict_id} ({state}): key {c.key}, purpose {c.purpose},"
-                f" scope {c.scope['type']}:{c.scope['id']}, detected {c.detected_at:%Y-%m-%d %H:%M:%S}Z"
+                f"conflict {c.conflict_id} ({state}): key {c.key or '(unreadable)'}, purpose {c.purpose},"
+                f" scope {c.scope['type']}:{c.scope['id'] or '(unreadable)'},"
+                f" detected {c.detected_at:%Y-%m-%d %H:%M:%S}Z"
             )
             table = Table(title=title, title_justify="left")
             for column in ("memory", "status", "veracity", "written at"):

@@ -13,6 +13,8 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from contracts import (
+    PERSONAL_CONTEXT,
+    ClearProvenance,
     ConflictDetected,
     ConsentRevoked,
     ErasureRequested,
@@ -26,7 +28,7 @@ from contracts import (
     SummaryDerived,
 )
 from contracts.events import MemoryRef, RedactedState
-from contracts.memory import MemoryBody, Provenance
+from contracts.memory import MemoryBody, PersonalFields, Provenance, Scope
 from ledger.crypto import Keyring
 from ledger.eventlog import LogPosition
 from ledger.principals import Grant, Principal
@@ -73,16 +75,23 @@ class Stage:
         ``replaces`` when given); ``fields`` override the body; returns the memory id."""
         memory_id = str(uuid.uuid4())
         replaces = fields.pop("replaces", None)
-        provenance = {"writer": "agent", "written_at": T0, "turn_id": "t-1", **fields.pop("provenance", {})}
+        provenance = Provenance.model_validate(
+            {"writer": "agent", "written_at": T0, "turn_id": "t-1", **fields.pop("provenance", {})}
+        )
+        personal = PersonalFields.of(fields.pop("key", None), Scope(type="subject", id=self.subject), provenance)
         with self.pool.connection() as conn:
             sealed = self.keyring.seal(conn, self.subject, memory_id, text)
+            sealed_personal = self.keyring.seal(
+                conn, self.subject, memory_id, personal.model_dump_json(), PERSONAL_CONTEXT
+            )
         body = MemoryBody.model_validate(
             {
                 "kind": "preference",
                 "content": sealed,
+                "personal": sealed_personal,
                 "purpose": PURPOSE,
-                "scope": {"type": "subject", "id": self.subject},
-                "provenance": Provenance.model_validate(provenance),
+                "scope_type": "subject",
+                "provenance": ClearProvenance.of(provenance),
                 "confirmed": True,
                 "confidence": 0.8,
                 "content_hmac": self.keyring.fingerprint(text),
@@ -97,24 +106,24 @@ class Stage:
         return memory_id
 
     def reinforce(self, memory_id: str, confidence: float) -> None:
-        prov = Provenance(writer="agent", written_at=T0, source_ref="again")
+        prov = ClearProvenance(writer="agent", written_at=T0)
         rev = self._next(memory_id)
         self.apply(
             MemoryReinforced(**self._env(), memory_id=memory_id, revision=rev, confidence=confidence, provenance=prov)
         )
 
-    def conflict(self, key: str, *memory_ids: str) -> str:
+    def conflict(self, *memory_ids: str) -> str:
+        """``ConflictDetected`` among ``memory_ids`` (their slot's key and scope id are
+        in their own sealed fields, as the ledger writes it)."""
         conflict_id = f"cf-{uuid.uuid4()}"
         affected = tuple(self._ref(m) for m in memory_ids)
-        scope = {"type": "subject", "id": self.subject}
         self.apply(
             ConflictDetected.model_validate(
                 {
                     **self._env(),
                     "conflict_id": conflict_id,
-                    "key": key,
                     "purpose": PURPOSE,
-                    "scope": scope,
+                    "scope_type": "subject",
                     "affected": affected,
                 }
             )
@@ -129,15 +138,21 @@ class Stage:
     def confirm(self, memory_id: str) -> None:
         self.apply(MemoryConfirmed(**self._env(), memory_id=memory_id, revision=self._next(memory_id)))
 
-    def redact(self, memory_id: str, replacement: str, kind: str = "preference") -> None:
-        """Seal the replacement under ``<id>/<rev>`` and destroy the older keys, as the ledger does."""
+    def redact(self, memory_id: str, replacement: str, kind: str = "preference", key: str | None = None) -> None:
+        """Seal the replacement (and the memory's personal fields, here its ``key``, a
+        subject scope and turn ``t-1``) under ``<id>/<rev>`` and destroy the older keys, as
+        the ledger does."""
         rev = self._next(memory_id)
         key_id = f"{memory_id}/{rev}"
+        personal = PersonalFields(key=key, scope_id=self.subject, turn_id="t-1")
         with self.pool.connection() as conn:
             sealed = self.keyring.seal(conn, self.subject, key_id, replacement)
+            sealed_personal = self.keyring.seal(
+                conn, self.subject, key_id, personal.model_dump_json(), PERSONAL_CONTEXT
+            )
             self.keyring.destroy(conn, [memory_id], keep=key_id)
         state = RedactedState.model_validate(
-            {"status": "active", "kind": kind, "purpose": PURPOSE, "scope": {"type": "subject", "id": self.subject}}
+            {"status": "active", "kind": kind, "purpose": PURPOSE, "scope_type": "subject"}
         )
         self.apply(
             MemoryRedacted(
@@ -148,13 +163,14 @@ class Stage:
                 content=sealed,
                 content_hmac=self.keyring.fingerprint(replacement),
                 state=state,
+                personal=sealed_personal,
             )
         )
 
     def revoke(self, *memory_ids: str) -> None:
         """Destroy the keys (grace 0), then ``ConsentRevoked``."""
         self.destroy(memory_ids)
-        self.apply(ConsentRevoked(**self._env(), consent_ref="c-1", affected=tuple(self._ref(m) for m in memory_ids)))
+        self.apply(ConsentRevoked(**self._env(), affected=tuple(self._ref(m) for m in memory_ids)))
 
     def expire(self, *memory_ids: str, reason: str = "expires_at") -> None:
         """Destroy the keys, then ``RetentionExpired``."""

@@ -93,7 +93,7 @@ def test_conflict_marks_members_hides_them_from_recall_and_is_open_until_resolve
     s = world.stage
     a = s.write("Alice wants short answers", key="answer_length", provenance={"source_ref": "chat-1"})
     b = s.write("Alice wants long answers", key="answer_length", veracity="tool", provenance={"source_ref": "crm"})
-    cid = s.conflict("answer_length", a, b)
+    cid = s.conflict(a, b)
     for m in (a, b):
         assert world.row("SELECT status, revision FROM facts_v1 WHERE memory_id = %s", m) == ("needs_confirmation", 2)
         payload = world.payload(m)
@@ -251,12 +251,12 @@ def test_replay_with_destroyed_keys_equals_live_row_for_row(world: World) -> Non
     s = world.stage
     a = s.write("Alice wants short answers", key="answer_length", provenance={"source_ref": "chat"})
     b = s.write("Alice wants long answers", key="answer_length", veracity="tool", provenance={"source_ref": "crm"})
-    s.conflict("answer_length", a, b)
+    s.conflict(a, b)
     s.supersede(b, a)
     s.confirm(a)
     open_a = s.write("Alice likes tea", key="drink", veracity="inferred", provenance={"source_ref": "x"})
     open_b = s.write("Alice likes coffee", key="drink", veracity="tool", provenance={"source_ref": "y"})
-    s.conflict("drink", open_a, open_b)
+    s.conflict(open_a, open_b)
     vim = s.write("Alice uses vim", confidence=0.6)
     s.reinforce(vim, 0.8)
     phone = s.write("Alice's phone is 555-0100, call after 6pm", provenance={"consent_ref": "c-1"})

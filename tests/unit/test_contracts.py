@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from contracts import (
     EVENT_TYPES,
     SCHEMA_VERSION,
+    ClearProvenance,
     ConflictDetected,
     ConsentRevoked,
     EraseMemories,
@@ -112,6 +113,15 @@ def provenances(draw: st.DrawFn, needs_sources: bool = False) -> Provenance:
     )
 
 
+@st.composite
+def clear_provenances(draw: st.DrawFn, needs_sources: bool = False) -> ClearProvenance:
+    return ClearProvenance(
+        writer=draw(ids),
+        written_at=draw(aware_datetimes),
+        derived_from=tuple(draw(st.lists(ids, min_size=1 if needs_sources else 0, max_size=3))),
+    )
+
+
 retentions = st.builds(Retention, basis=st.sampled_from(RETENTION_BASES), expires_at=st.none() | aware_datetimes)
 sealed_texts = st.builds(SealedText, key_id=memory_ids, nonce=nonces, ciphertext=ciphertexts)
 
@@ -147,14 +157,13 @@ def memory_writes(draw: st.DrawFn) -> MemoryWrite:
 @st.composite
 def memory_bodies(draw: st.DrawFn, kind: str | None = None) -> MemoryBody:
     kind = kind or draw(st.sampled_from(KINDS))
-    subject_or_other = draw(ids)
     return MemoryBody(
         kind=kind,
         content=draw(sealed_texts),
-        key=draw(st.none() | ids),
+        personal=draw(sealed_texts),
         purpose=draw(ids),
-        scope=Scope(type=draw(st.sampled_from(SCOPE_TYPES)), id=subject_or_other),
-        provenance=draw(provenances(needs_sources=kind == "summary")),
+        scope_type=draw(st.sampled_from(SCOPE_TYPES)),
+        provenance=draw(clear_provenances(needs_sources=kind == "summary")),
         sensitivity=draw(st.sampled_from(SENSITIVITIES)),
         retention=draw(retentions),
         confirmed=draw(st.booleans()),
@@ -201,25 +210,26 @@ EVENT_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {
         fields=st.lists(ids, max_size=3).map(tuple),
         content=sealed_texts,
         content_hmac=st.none() | ids,
+        personal=st.none() | sealed_texts,
         **_envelope(),
     ),
     ConsentRevoked: st.builds(
-        ConsentRevoked, consent_ref=st.none() | ids, purpose=st.none() | ids, affected=affected, **_envelope()
+        ConsentRevoked, consent_ref=st.none() | sealed_texts, purpose=st.none() | ids, affected=affected, **_envelope()
     ),
     MemoryReinforced: st.builds(
         MemoryReinforced,
         memory_id=memory_ids,
         revision=later_revisions,
         confidence=confidences,
-        provenance=provenances(),
+        provenance=clear_provenances(),
+        personal=st.none() | sealed_texts,
         **_envelope(),
     ),
     ConflictDetected: st.builds(
         ConflictDetected,
         conflict_id=ids,
-        key=ids,
         purpose=ids,
-        scope=st.builds(Scope, type=st.sampled_from(SCOPE_TYPES), id=ids),
+        scope_type=st.sampled_from(SCOPE_TYPES),
         affected=st.lists(memory_refs, min_size=2, max_size=4).map(tuple),
         **_envelope(),
     ),
@@ -355,8 +365,9 @@ def test_decode_converts_each_timestamp_field_to_utc(text: str, expected: dateti
         "memory": {
             "kind": "fact",
             "content": SEALED,
+            "personal": SEALED,
             "purpose": "support",
-            "scope": {"type": "subject", "id": "user-1"},
+            "scope_type": "subject",
             "provenance": {"writer": "agent", "written_at": text},
             "retention": {"basis": "consent", "expires_at": text},
             "confidence": 1.0,
@@ -461,8 +472,9 @@ def test_naive_written_at_in_an_event_body_is_rejected() -> None:
     body = {
         "kind": "fact",
         "content": SEALED,
+        "personal": SEALED,
         "purpose": "support",
-        "scope": {"type": "workspace", "id": "w-1"},
+        "scope_type": "workspace",
         "provenance": {"writer": "agent", "written_at": NAIVE},
         "confidence": 0.5,
     }
@@ -536,8 +548,9 @@ def test_summary_body_without_derived_from_is_rejected() -> None:
     body = {
         "kind": "summary",
         "content": SEALED,
+        "personal": SEALED,
         "purpose": "support",
-        "scope": {"type": "workspace", "id": "w-1"},
+        "scope_type": "workspace",
         "provenance": {"writer": "summariser", "written_at": NOW},
         "confidence": 0.7,
     }
@@ -592,9 +605,10 @@ def test_memory_id_of_a_written_memory_must_be_a_uuid() -> None:
     body = MemoryBody(
         kind="fact",
         content=SealedText(**SEALED),
+        personal=SealedText(**SEALED),
         purpose="support",
-        scope=Scope(type="subject", id="user-1"),
-        provenance=Provenance(writer="agent", written_at=NOW),
+        scope_type="subject",
+        provenance=ClearProvenance(writer="agent", written_at=NOW),
         confidence=1.0,
     )
     assert MemoryWritten(**_envelope_only(), memory_id=MID, memory=body).memory_id == MID
@@ -922,9 +936,10 @@ def test_event_bodies_are_frozen() -> None:
         memory=MemoryBody(
             kind="fact",
             content=SealedText(**SEALED),
+            personal=SealedText(**SEALED),
             purpose="support",
-            scope=Scope(type="subject", id="user-1"),
-            provenance=Provenance(writer="agent", written_at=NOW),
+            scope_type="subject",
+            provenance=ClearProvenance(writer="agent", written_at=NOW),
             confidence=1.0,
         ),
     )

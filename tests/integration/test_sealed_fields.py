@@ -1,0 +1,159 @@
+"""Personal fields besides the text (key, scope id, turn, tool call, source and consent
+references) are sealed in the log, readable by the projections while the memory's key
+lives, and gone from the log, the ledger's head table and every projection once it is
+erased, including after a replay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contracts import (
+    ConflictDetected,
+    ConsentRevoked,
+    EraseMemories,
+    MemoryRedacted,
+    MemoryReinforced,
+    MemoryWritten,
+    RedactMemory,
+    RevokeConsent,
+    decode_event,
+    utc_now,
+)
+from projections.conflicts import list_conflicts
+from projections.facts import FactsTables
+from tests.builders import PURPOSE, memory_write
+from tests.integration.conftest import one
+from workers.bootstrap import Services
+
+pytestmark = pytest.mark.integration
+
+MARK = "zq7"
+"""A marker in every personal value below, found nowhere else."""
+
+DOC = f"doc-{MARK}"
+
+
+def claim(svc: Services, content: str, key: str, **prov: Any) -> Any:
+    provenance = {"writer": "importer", "written_at": utc_now(), **prov}
+    cmd = memory_write(
+        content=content,
+        key=key,
+        scope={"type": "document", "id": DOC},
+        veracity="imported",
+        provenance=provenance,
+    )
+    return svc.ledger.write(svc.principal(), cmd)
+
+
+def raw_log(svc: Services) -> str:
+    with svc.pool.connection() as conn:
+        rows = conn.execute('SELECT value FROM memory_events ORDER BY partition, "offset"').fetchall()
+    return "\n".join(bytes(r[0]).decode("utf-8") for r in rows)
+
+
+def test_the_log_holds_key_scope_and_references_only_sealed(svc: Services) -> None:
+    p = svc.principal()
+    first = claim(
+        svc,
+        "Alice works at Acme",
+        f"employer-{MARK}",
+        turn_id=f"turn-{MARK}",
+        tool_call_id=f"call-{MARK}",
+        source_ref=f"cv-{MARK}.pdf",
+        consent_ref=f"consent-{MARK}",
+    )
+    again = claim(
+        svc, "Alice works at Acme", f"employer-{MARK}", turn_id=f"turn-2-{MARK}", consent_ref=f"consent-{MARK}"
+    )
+    rival = claim(svc, "Alice works at Globex", f"employer-{MARK}", source_ref=f"profile-{MARK}.json")
+    assert [e.type for e in again.events] == ["MemoryReinforced"]
+    assert [e.type for e in rival.events] == ["MemoryWritten", "ConflictDetected"]
+    svc.ledger.redact(p, "alice", RedactMemory(memory_id=rival.memory_id, replacement="Alice works at [employer]"))
+    svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", consent_ref=f"consent-{MARK}"))
+
+    log = raw_log(svc)
+    assert MARK not in log  # no personal value in clear, in any event
+    events = [decode_event(line.encode()) for line in log.splitlines()]
+    types = {type(e) for e in events}
+    assert {MemoryWritten, MemoryReinforced, ConflictDetected, MemoryRedacted, ConsentRevoked} <= types
+    revoked = next(e for e in events if isinstance(e, ConsentRevoked))
+    assert revoked.consent_ref is not None
+    with svc.pool.connection() as conn:
+        assert svc.keyring.open(conn, revoked.consent_ref) == f"consent-{MARK}"  # sealed under the subject key
+
+    # the projections read them while the keys live
+    svc.catch_up()
+    row = one(svc, "SELECT key, scope_id, provenance FROM facts_v1 WHERE memory_id = %s", rival.memory_id)
+    assert row[0] == f"employer-{MARK}" and row[1] == DOC
+    assert row[2]["source_ref"] == f"profile-{MARK}.json" and row[2]["writer"] == "importer"
+    (conflict,) = list_conflicts(svc.pool, FactsTables(1), "alice", include_resolved=True)
+    assert (conflict.key, conflict.scope) == (f"employer-{MARK}", {"type": "document", "id": DOC})
+    # the revoked memory's key was destroyed with its text: facts keep no personal field of it
+    gone = one(
+        svc, "SELECT status, content, key, scope_id, provenance FROM facts_v1 WHERE memory_id = %s", first.memory_id
+    )
+    assert gone[:4] == ("revoked", None, None, None)
+    assert MARK not in str(gone[4]) and gone[4]["writer"] == "importer"
+
+
+def test_erasure_leaves_no_personal_field_in_the_head_table_the_log_or_a_replay(svc: Services) -> None:
+    p = svc.principal()
+    kept = claim(svc, "Alice reads maps", f"hobby-{MARK}", turn_id=f"turn-{MARK}")
+    svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", consent_ref=f"consent-{MARK}"))
+    svc.catch_up()
+    assert one(svc, "SELECT key FROM facts_v1 WHERE memory_id = %s", kept.memory_id) == f"hobby-{MARK}"
+
+    svc.ledger.erase(p, EraseMemories(subject_id="alice", whole_subject=True, reason="asked"))
+    svc.catch_up()
+    head = one(
+        svc,
+        "SELECT key, scope_id, turn_id, tool_call_id, source_ref, consent_ref, sealed_content, status"
+        " FROM ledger_memories WHERE memory_id = %s",
+        kept.memory_id,
+    )
+    assert head == (None, None, None, None, None, None, None, "erased")
+    assert one(svc, "SELECT count(*) FROM memory_keys WHERE subject_id = 'alice' AND wrapped_key IS NOT NULL") == 0
+
+    events = [decode_event(line.encode()) for line in raw_log(svc).splitlines()]
+    with svc.pool.connection() as conn:
+        for e in events:  # nothing sealed in the log opens any more
+            for sealed in _sealed_parts(e):
+                assert svc.keyring.open(conn, sealed) is None
+
+    for name in ("facts", "summaries", "vectors"):
+        svc.projections[name].reset()
+    svc.catch_up()
+    assert one(svc, "SELECT count(*) FROM facts_v1") == 0
+    with svc.pool.connection() as conn:
+        history = conn.execute("SELECT * FROM facts_history_v1").fetchall()
+    assert history and MARK not in repr(history)
+
+
+def test_a_redacted_memory_keeps_its_key_and_scope_through_a_replay(svc: Services) -> None:
+    written = claim(svc, "Alice's phone is 555-0100", f"phone-{MARK}", source_ref=f"card-{MARK}")
+    p = svc.principal()
+    svc.ledger.redact(p, "alice", RedactMemory(memory_id=written.memory_id, replacement="Alice's phone is [redacted]"))
+    svc.catch_up()
+    live = one(svc, "SELECT key, scope_id, provenance, content FROM facts_v1 WHERE memory_id = %s", written.memory_id)
+    svc.projections["facts"].reset()
+    svc.catch_up()
+    replayed = one(
+        svc, "SELECT key, scope_id, provenance, content FROM facts_v1 WHERE memory_id = %s", written.memory_id
+    )
+    assert replayed == live  # the redaction carries the fields the destroyed key sealed
+    assert replayed[:2] == (f"phone-{MARK}", DOC) and replayed[2]["source_ref"] == f"card-{MARK}"
+    result = svc.recall.recall(p, "alice", PURPOSE, "phone", utc_now(), scope_keys=(f"document:{DOC}",))
+    assert written.memory_id in [i.memory_id for i in result.items]
+
+
+def _sealed_parts(event: Any) -> list[Any]:
+    if isinstance(event, MemoryWritten):
+        return [event.memory.content, event.memory.personal]
+    if isinstance(event, MemoryRedacted):
+        return [event.content, *([event.personal] if event.personal else [])]
+    if isinstance(event, MemoryReinforced | ConsentRevoked):
+        sealed = event.personal if isinstance(event, MemoryReinforced) else event.consent_ref
+        return [sealed] if sealed is not None else []
+    return []
