@@ -11,7 +11,7 @@ memories it found.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -110,16 +110,7 @@ def reapply_tombstones(
         tombstones = {str(m): str(r) for m, r in conn.execute("SELECT memory_id, request_id FROM tombstones")}
     out = Reapplication(run_id=run_id, stores=[])
     for store in stores:
-        if store == "facts":
-            purge = _facts(pool, targets, tombstones)
-        elif store == "summaries":
-            purge = _summaries(pool, targets, tombstones)
-        elif store == "vectors":
-            assert targets.index is not None
-            purge = _vectors(targets.index, tombstones)
-        else:
-            assert targets.cache is not None
-            purge = _cache(targets.cache, tombstones)
+        purge = purge_store(pool, store, targets, tombstones)
         with pool.connection() as conn:
             conn.execute(
                 "INSERT INTO tombstone_reapplications (run_id, store, tombstones, items_removed, request_ids)"
@@ -130,30 +121,49 @@ def reapply_tombstones(
     return out
 
 
-def _requests(tombstones: dict[str, str], found: Sequence[str]) -> list[str]:
+def purge_store(pool: ConnectionPool, store: str, targets: PurgeTargets, tombstones: Mapping[str, str]) -> StorePurge:
+    """Remove from ``store`` (a name of ``STORES``) every copy of the memories in
+    ``tombstones`` (memory id -> erasure request id): fact rows and history fingerprints,
+    summaries of or derived from them, vector points, cached recall results. Idempotent.
+
+    Raises:
+        ValueError: the store is unknown, or its target (index, cache) is not given.
+        psycopg.Error, redis.RedisError, VectorIndexError: the store failed.
+    """
+    if store == "facts":
+        return _facts(pool, targets, tombstones)
+    if store == "summaries":
+        return _summaries(pool, targets, tombstones)
+    if store == "vectors" and targets.index is not None:
+        return _vectors(targets.index, tombstones)
+    if store == "cache" and targets.cache is not None:
+        return _cache(targets.cache, tombstones)
+    raise ValueError(f"store: cannot purge {store!r} here (unknown, or its index or cache is not given)")
+
+
+def _requests(tombstones: Mapping[str, str], found: Sequence[str]) -> list[str]:
     return sorted({tombstones[m] for m in found if m in tombstones})
 
 
-def _facts(pool: ConnectionPool, t: PurgeTargets, tombstones: dict[str, str]) -> StorePurge:
+def _facts(pool: ConnectionPool, t: PurgeTargets, tombstones: Mapping[str, str]) -> StorePurge:
+    ids = list(tombstones)
     with pool.connection() as conn, conn.transaction():
         gone = [
             str(r[0])
-            for r in conn.execute(
-                f"DELETE FROM {t.facts_table} f USING tombstones x WHERE f.memory_id = x.memory_id"
-                " RETURNING f.memory_id"
-            )
+            for r in conn.execute(f"DELETE FROM {t.facts_table} WHERE memory_id = ANY(%s) RETURNING memory_id", (ids,))
         ]
         cleared = [
             str(r[0])
             for r in conn.execute(
-                f"UPDATE {t.history_table} h SET content_hmac = NULL FROM tombstones x"
-                " WHERE h.memory_id = x.memory_id AND h.content_hmac IS NOT NULL RETURNING h.memory_id"
+                f"UPDATE {t.history_table} SET content_hmac = NULL"
+                " WHERE memory_id = ANY(%s) AND content_hmac IS NOT NULL RETURNING memory_id",
+                (ids,),
             )
         ]
     return StorePurge("facts", len(tombstones), len(gone) + len(cleared), _requests(tombstones, gone + cleared))
 
 
-def _summaries(pool: ConnectionPool, t: PurgeTargets, tombstones: dict[str, str]) -> StorePurge:
+def _summaries(pool: ConnectionPool, t: PurgeTargets, tombstones: Mapping[str, str]) -> StorePurge:
     ids = list(tombstones)
     with pool.connection() as conn, conn.transaction():
         rows = conn.execute(
@@ -165,7 +175,7 @@ def _summaries(pool: ConnectionPool, t: PurgeTargets, tombstones: dict[str, str]
     return StorePurge("summaries", len(tombstones), len(rows), _requests(tombstones, hit))
 
 
-def _vectors(index: VectorIndex, tombstones: dict[str, str]) -> StorePurge:
+def _vectors(index: VectorIndex, tombstones: Mapping[str, str]) -> StorePurge:
     ids = list(tombstones)
     found: list[str] = []
     for start in range(0, len(ids), _BATCH):
@@ -176,6 +186,6 @@ def _vectors(index: VectorIndex, tombstones: dict[str, str]) -> StorePurge:
     return StorePurge("vectors", len(tombstones), len(found), _requests(tombstones, found))
 
 
-def _cache(cache: RecallCache, tombstones: dict[str, str]) -> StorePurge:
+def _cache(cache: RecallCache, tombstones: Mapping[str, str]) -> StorePurge:
     removed, found = cache.purge_memories(set(tombstones))
     return StorePurge("cache", len(tombstones), removed, _requests(tombstones, found))

@@ -338,10 +338,12 @@ def bench_erasure(
     one of them is erased every ``erase_every_s`` seconds. A prober runs ``trace`` on every
     erasure not yet complete, in a loop (the median time of a round that had erasures to
     probe is reported as ``probe_period_ms``, the resolution of the measure):
-    the latency of an erasure is from the ledger's acknowledgement (``Ledger.erase``
-    returned: keys destroyed, tombstones and event durable) to the first trace whose
-    verdict is ``complete`` (receipts from facts, history, vectors, cache and summaries,
-    and no copy found by any probe by memory id). The write load's own projection lag
+    two latencies of an erasure are measured from the ledger's acknowledgement
+    (``Ledger.erase`` returned: keys destroyed, tombstones and event durable): to the first
+    trace whose probes find no copy in any store, by memory id or by fingerprint
+    (``erasure_absent_*``: what the erasure lane shortens), and to the first trace whose
+    verdict is ``complete`` (``erasure_*``: also every store's receipt, written when its
+    projection reaches the erasure in log order). The write load's own projection lag
     (ack -> facts and vectors positions cover it) is measured in the same run.
 
     Returns milliseconds; ``not_complete_within_120s`` counts erasures that never completed.
@@ -353,6 +355,7 @@ def bench_erasure(
     visible: dict[tuple[int, int], float] = {}
     erased_at: dict[str, float] = {}
     complete_at: dict[str, float] = {}
+    absent_at: dict[str, float] = {}
     probe_periods: list[float] = []
     stop = threading.Event()
     try:
@@ -396,8 +399,14 @@ def bench_erasure(
                         report = trace(svc.pool, request_id, probe_targets)
                     except Exception:  # a probe that cannot answer now answers on the next round
                         continue
+                    now = time.perf_counter()
+                    if request_id not in absent_at and all(
+                        s.probe_found == 0 and not s.fingerprint_found for s in report.stores
+                    ):
+                        absent_at[request_id] = now
                     if report.verdict == "complete":
-                        complete_at[request_id] = time.perf_counter()
+                        complete_at[request_id] = now
+                        absent_at.setdefault(request_id, now)
                 if pending:
                     probe_periods.append(time.perf_counter() - started)
                 time.sleep(0.01)
@@ -444,6 +453,7 @@ def bench_erasure(
         stop_worker(worker)
         svc.close()
     latencies = [(complete_at[r] - erased_at[r]) * 1000 for r in erased_at if r in complete_at]
+    absences = [(absent_at[r] - erased_at[r]) * 1000 for r in erased_at if r in absent_at]
     lags = [(visible[k] - acked[k]) * 1000 for k in acked if k in visible]
 
     def pct(values: list[float], q: float) -> float | None:
@@ -458,6 +468,8 @@ def bench_erasure(
         "write_lag_p99_ms": pct(lags, 99),
         "erasures": len(erased_at),
         "not_complete_within_120s": len(erased_at) - len(latencies),
+        "erasure_absent_p50_ms": pct(absences, 50),
+        "erasure_absent_p99_ms": pct(absences, 99),
         "erasure_p50_ms": pct(latencies, 50),
         "erasure_p99_ms": pct(latencies, 99),
         "erasure_max_ms": pct(latencies, 100),

@@ -153,10 +153,15 @@ def bench_all(
     )
     for er in out["erasure"]:
         print(
-            f"erasure propagation, ack -> trace complete in every store, {er['embedder']} embedder, under "
+            f"erasure propagation, ack -> trace complete (receipts and probes) in every store,"
+            f" {er['embedder']} embedder, under "
             f"{er['achieved_rate']} writes/s (target {er['target_rate']}): p50 {er['erasure_p50_ms']} ms, "
             f"p99 {er['erasure_p99_ms']} ms over {er['erasures']} erasures "
             f"({er['not_complete_within_120s']} not complete within 120 s; probe period {er['probe_period_ms']} ms)"
+        )
+        print(
+            f"  ack -> no copy found by any probe (the erasure lane, ahead of the log):"
+            f" p50 {er['erasure_absent_p50_ms']} ms, p99 {er['erasure_absent_p99_ms']} ms"
         )
         print(
             f"  the write load in the same run, ack -> facts and vectors: p50 {er['write_lag_p50_ms']} ms, "

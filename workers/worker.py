@@ -12,6 +12,10 @@ is configured) and answers vector queries for other processes on
 
 Embedded mode: projections in this process, polling the Postgres log; every live version.
 
+Erasures also take a lane ahead of the log: each faust worker polls the tombstone
+registry every second and purges new erasures from its store at once
+(``projections.erasure_lane``); the in-order ``ErasureRequested`` writes the receipt.
+
 Faust's committed consumer offsets only say where to resume reading; what is applied is
 decided by each projection's own stored position, so a record delivered twice (after a
 crash before a commit) changes nothing the second time.
@@ -27,13 +31,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
 from ledger.eventlog import LogRecord
 from projections import versions
 from projections.base import Projection
+from projections.erasure_lane import lane_for
 from projections.errors import VersionError
 from projections.runner import ProjectionRunner
 from workers.bootstrap import Services, build, vector_query_url
@@ -83,8 +88,9 @@ Child = tuple[str, int]
 
 def _spawn(child: Child) -> subprocess.Popen[bytes]:
     name, version = child
+    verbose = ["-v"] if logging.getLogger().isEnabledFor(logging.INFO) else []  # as the supervisor was started
     return subprocess.Popen(
-        [sys.executable, "-m", "workers", "worker", "--projection", name, "--version", str(version)]
+        [sys.executable, "-m", "workers", *verbose, "worker", "--projection", name, "--version", str(version)]
     )
 
 
@@ -167,11 +173,20 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
-def run_faust(settings: Settings, name: str, version: int, batch_size: int = 256, within_s: float = 0.2) -> None:
+def run_faust(
+    settings: Settings,
+    name: str,
+    version: int,
+    batch_size: int = 256,
+    within_s: float = 0.2,
+    lane_interval_s: float = 1.0,
+) -> None:
     """Run version ``version`` of one projection as a faust-streaming app, consumer group
     ``<prefix>.<name>_v<version>`` (blocks until stopped). A vectors worker opens its own
     collection and, without a Qdrant server, answers vector queries for it on
-    ``vector_query_url(settings, version)``.
+    ``vector_query_url(settings, version)``. Every ``lane_interval_s`` seconds, between
+    batches, its erasure lane purges newly erased memories from the store ahead of log
+    order (``projections.erasure_lane``).
 
     Raises:
         VersionError: the registry has no such version, or it is retired.
@@ -186,6 +201,8 @@ def run_faust(settings: Settings, name: str, version: int, batch_size: int = 256
         raise VersionError("version", f"{name}_v{version} is not registered or is retired")
     projection = _open_projection(svc, found[0])
     runner = svc.runner_for(projection)
+    lane = lane_for(svc.pool, projection)
+    store_lock = threading.Lock()  # the lane and the batches take turns on the store
     datadir = settings.data_dir / "faust" / projection.id
     datadir.mkdir(parents=True, exist_ok=True)
     server = _maybe_serve_vectors(svc, name, version)
@@ -220,7 +237,7 @@ def run_faust(settings: Settings, name: str, version: int, batch_size: int = 256
                 for e in events
             ]
             try:
-                await loop.run_in_executor(None, handle_contiguously, svc, runner, records)
+                await loop.run_in_executor(None, _locked, store_lock, handle_contiguously, svc, runner, records)
             except BaseException:
                 # faust may already have committed this batch's offsets: never let it go on
                 # past records that were not applied. Exit hard; on restart, positions decide.
@@ -229,15 +246,25 @@ def run_faust(settings: Settings, name: str, version: int, batch_size: int = 256
                 )
                 os._exit(70)
 
+    @app.timer(interval=lane_interval_s)  # type: ignore[untyped-decorator]
+    async def erasure_lane() -> None:
+        await asyncio.get_running_loop().run_in_executor(None, _locked, store_lock, lane.poll_logged)
+
     group = f"{settings.consumer_group_prefix}.{projection.id}"
     print(f"worker: {projection.id} on {settings.kafka_bootstrap}, consumer group {group}", flush=True)
-    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    verbose = logging.getLogger().isEnabledFor(logging.INFO)  # memledger -v
+    worker = faust.Worker(app, loglevel="INFO" if verbose else "WARNING", quiet=True)
     try:
         worker.execute_from_commandline()
     finally:
         if server is not None:
             server.stop()
         svc.close()
+
+
+def _locked(lock: threading.Lock, fn: Callable[..., None], *args: Any) -> None:
+    with lock:
+        fn(*args)
 
 
 def handle_contiguously(svc: Services, runner: ProjectionRunner, records: list[LogRecord]) -> None:

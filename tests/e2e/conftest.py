@@ -47,10 +47,11 @@ class Cli:
         except json.JSONDecodeError:
             raise AssertionError(f"memledger {' '.join(args)} printed no JSON:\n{proc.stdout}\n{proc.stderr}") from None
 
-    def start_worker(self, *args: str) -> subprocess.Popen[bytes]:
+    def start_worker(self, *args: str, verbose: bool = False) -> subprocess.Popen[bytes]:
+        """Start ``memledger worker ARGS`` (``memledger -v worker ARGS``: log at INFO)."""
         with open(Path(self.env["MEMLEDGER_DATA_DIR"]) / f"worker-{len(self.workers)}.log", "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workers", "worker", *args],
+                [sys.executable, "-m", "workers", *(["-v"] if verbose else []), "worker", *args],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -24,5 +24,6 @@ def test_bench_erasure_measures_every_erasure_to_a_complete_trace(
     assert out["write_events"] == 60 and out["erasures"] == 3
     assert out["not_complete_within_120s"] == 0
     assert 0 < out["erasure_p50_ms"] <= out["erasure_p99_ms"] <= out["erasure_max_ms"]
+    assert 0 < out["erasure_absent_p50_ms"] <= out["erasure_absent_p99_ms"] <= out["erasure_max_ms"]
     assert out["write_lag_p50_ms"] is not None and out["write_lag_p50_ms"] <= out["write_lag_p99_ms"]
     assert "erasure: writing" in seen

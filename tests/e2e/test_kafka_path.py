@@ -5,11 +5,13 @@ mid-stream; an erasure followed by a replay."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from projections.tombstones import STORES
 from tests.e2e.conftest import Cli, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -179,3 +181,19 @@ def test_replay_while_the_workers_run_swaps_without_a_gap(kafka_cli: Cli) -> Non
     kafka_cli.json("retire", "vectors", "--version", "1")
     assert count(dsn, "SELECT count(*) FROM projection_versions WHERE state = 'retired'") == 2
     assert all(r["projection"] not in ("facts_v1", "vectors_v1") for r in kafka_cli.json("lag")["projections"])
+
+
+def test_every_worker_runs_an_erasure_lane(kafka_cli: Cli) -> None:
+    gone = write(kafka_cli, "erin", "Erin's locker code is 4711")
+    kafka_cli.start_worker(verbose=True)
+    wait_until(lambda: lag_zero(kafka_cli), what="catch-up", logs=kafka_cli.worker_logs)
+    request = kafka_cli.json("erase", "erin", gone, "--reason", "subject request")["request_id"]
+
+    def lanes_polled() -> bool:
+        logs = "\n".join(
+            p.read_text(errors="replace") for p in Path(kafka_cli.env["MEMLEDGER_DATA_DIR"]).glob("worker-*.log")
+        )
+        return all(f"erasure lane ({name}): 1 tombstoned" in logs and request in logs for name in STORES)
+
+    wait_until(lanes_polled, what="every worker's lane to see the erasure", logs=kafka_cli.worker_logs)
+    wait_until(lambda: kafka_cli.json("trace", request)["verdict"] == "complete", what="erasure complete")
