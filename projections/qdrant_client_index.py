@@ -21,7 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException
 
 from projections.vector_index import (
     PAYLOAD_INDEXES,
@@ -29,6 +31,7 @@ from projections.vector_index import (
     VectorFilter,
     VectorHit,
     VectorIndexError,
+    VectorIndexUnreachableError,
     VectorPoint,
     canonical_id,
     points_by_given_id,
@@ -71,7 +74,8 @@ class QdrantClientIndex:
 
     Calls are serialised by a lock, so the index may be shared between threads (e.g. with
     a :class:`~projections.vector_remote.VectorQueryServer`). Every engine error is raised
-    as :class:`VectorIndexError` carrying the collection name.
+    as :class:`VectorIndexError` carrying the collection name; a server that cannot be
+    reached (refused, timed out) as :class:`VectorIndexUnreachableError`.
     """
 
     def __init__(self, client: QdrantClient, collection: str) -> None:
@@ -127,6 +131,18 @@ class QdrantClientIndex:
                 yield
             except VectorIndexError:
                 raise
+            except ResponseHandlingException as exc:
+                if isinstance(exc.source, httpx.TransportError):  # refused, timed out: nothing answered
+                    raise VectorIndexUnreachableError(
+                        f"{op} on collection {self.collection!r}: Qdrant unreachable: {exc}",
+                        collection=self.collection,
+                        memory_id=memory_id,
+                    ) from exc
+                raise VectorIndexError(
+                    f"{op} on collection {self.collection!r} failed: {exc}",
+                    collection=self.collection,
+                    memory_id=memory_id,
+                ) from exc
             except Exception as exc:
                 raise VectorIndexError(
                     f"{op} on collection {self.collection!r} failed: {exc}",

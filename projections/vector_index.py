@@ -32,6 +32,7 @@ __all__ = [
     "VectorHit",
     "VectorIndex",
     "VectorIndexError",
+    "VectorIndexUnreachableError",
     "VectorPoint",
     "canonical_id",
     "dense_vector",
@@ -62,6 +63,13 @@ class VectorIndexError(Exception):
         super().__init__(message)
         self.collection = collection
         self.memory_id = memory_id
+
+
+class VectorIndexUnreachableError(VectorIndexError):
+    """The index could not be reached at all (connection refused or timed out: a Qdrant
+    server or the owner of an embedded index is down), as opposed to an engine that
+    answered with an error. Nothing was read or changed; the same call may succeed once
+    the store is back."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,14 @@ from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-from projections.vector_index import VectorFilter, VectorHit, VectorIndex, VectorIndexError, VectorPoint
+from projections.vector_index import (
+    VectorFilter,
+    VectorHit,
+    VectorIndex,
+    VectorIndexError,
+    VectorIndexUnreachableError,
+    VectorPoint,
+)
 
 __all__ = ["RemoteVectorIndex", "VectorQueryServer", "filter_from_json", "filter_to_json"]
 
@@ -242,7 +249,8 @@ class RemoteVectorIndex:
 
     Write methods raise :class:`VectorIndexError` ("read-only: ..."). Server errors come
     back as :class:`VectorIndexError` with the server's message; an unreachable server
-    (refused, timed out after ``timeout_s`` seconds) as one naming the URL. Proxies from
+    (refused, timed out after ``timeout_s`` seconds) as a
+    :class:`~projections.vector_index.VectorIndexUnreachableError` naming the URL. Proxies from
     the environment are ignored: the server is expected on the local machine.
     """
 
@@ -276,7 +284,7 @@ class RemoteVectorIndex:
             raise VectorIndexError(f"{op} via {self.url}: {message}", collection=self.collection) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise VectorIndexError(
+            raise VectorIndexUnreachableError(
                 f"cannot reach vector query server at {self.url}: {reason}", collection=self.collection
             ) from exc
         except (ValueError, KeyError, TypeError) as exc:

@@ -8,10 +8,15 @@ A memory that stops being usable (superseded, revoked, expired, erased) loses it
 one in a detected conflict keeps it with status ``needs_confirmation`` (so recall's status
 filter leaves it out unless unconfirmed memories are asked for), and a reinforcement only
 bumps its revision.
+
+The collection is ensured when the projection is built or, if the index cannot be
+reached then, before the first write: a process can start, and an erasure be issued,
+while Qdrant is down; the erasure then waits in the runner's retries.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -36,7 +41,9 @@ from contracts import (
 from ledger.eventlog import LogPosition
 from projections import base
 from projections.embedding import Embedder
-from projections.vector_index import VectorIndex, VectorPoint
+from projections.vector_index import VectorIndex, VectorIndexUnreachableError, VectorPoint
+
+log = logging.getLogger(__name__)
 
 
 def scope_key(scope_type: str, scope_id: str) -> str:
@@ -61,7 +68,22 @@ class VectorsProjection(base.PositionedProjection):
         self._index = index
         self._embedder = embedder
         self._content = content
-        index.ensure_collection(embedder.dim)
+        self._collection_ready = False
+        try:
+            self._ensure_collection()
+        except VectorIndexUnreachableError as exc:
+            log.warning("%s: %s; the collection is ensured before the first write", self.id, exc)
+
+    def _ensure_collection(self) -> None:
+        """Create or check the collection once per instance (until it succeeds).
+
+        Raises:
+            VectorIndexUnreachableError: the index is down (the runner retries).
+            VectorIndexError: it exists with another dimension, or the engine refused.
+        """
+        if not self._collection_ready:
+            self._index.ensure_collection(self._embedder.dim)
+            self._collection_ready = True
 
     @property
     def index(self) -> VectorIndex:
@@ -94,7 +116,9 @@ class VectorsProjection(base.PositionedProjection):
     def apply_many(self, events: list[Event]) -> None:
         """Apply events to the index without touching positions: write-type events of
         tombstoned memories are dropped first (``base.WRITE_EVENTS``), texts are opened and
-        embedded in one batch, current points read once, then writes go in log order."""
+        embedded in one batch, current points read once, then writes go in log order.
+        The collection is ensured first if the index was down when this was built."""
+        self._ensure_collection()
         erased = self._content.erased_among([e.memory_id for e in events if isinstance(e, base.WRITE_EVENTS)])
         events = [e for e in events if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
         writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted)]

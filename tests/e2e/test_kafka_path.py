@@ -1,6 +1,6 @@
 """The distributed path end to end: CLI write -> Kafka -> faust workers (one consumer
 group per projection) -> all four stores -> recall; a worker killed with SIGKILL
-mid-stream; an erasure followed by a replay."""
+mid-stream; an erasure followed by a replay; an erasure while the vectors worker is down."""
 
 from __future__ import annotations
 
@@ -197,3 +197,61 @@ def test_every_worker_runs_an_erasure_lane(kafka_cli: Cli) -> None:
 
     wait_until(lanes_polled, what="every worker's lane to see the erasure", logs=kafka_cli.worker_logs)
     wait_until(lambda: kafka_cli.json("trace", request)["verdict"] == "complete", what="erasure complete")
+
+
+def test_erasure_while_the_vectors_worker_is_down_is_pending_then_complete(kafka_cli: Cli) -> None:
+    """The vectors worker owns the local Qdrant index and answers vector queries for
+    other processes: stopped, nobody can reach the index, so an erasure issued meanwhile
+    is applied by the other workers and reported pending (vectors unreachable) until the
+    vectors worker runs again and catches up."""
+    cli = kafka_cli
+    keep = write(cli, "erin", "Erin drinks green tea")
+    gone = write(cli, "erin", "Erin's door code is 2468")
+    others = cli.start_worker("--projection", "facts", "--projection", "cache", "--projection", "summaries")
+    vectors = cli.start_worker("--projection", "vectors")
+    wait_until(lambda: lag_zero(cli), what="every projection to catch up", logs=cli.worker_logs)
+    wait_until(
+        lambda: not cli.json("recall", "erin", "door code", "--purpose", PURPOSE)["degraded"],
+        what="the vectors worker to answer queries",
+        logs=cli.worker_logs,
+    )
+
+    cli.kill(vectors)
+    assert others.poll() is None
+    assert "vectors" in cli.json("recall", "erin", "green tea", "--purpose", PURPOSE)["degraded"]
+    request = cli.json("erase", "erin", gone, "--reason", "subject request")["request_id"]
+
+    def others_applied() -> bool:
+        stores = {s["store"]: s for s in cli.json("trace", request)["stores"]}
+        return all(s["status"] == "applied" for name, s in stores.items() if name != "vectors")
+
+    wait_until(others_applied, what="facts, cache and summaries to apply the erasure", logs=cli.worker_logs)
+    report = cli.json("trace", request)
+    stores = {s["store"]: s for s in report["stores"]}
+    assert set(stores) == {"facts", "history", "vectors", "cache", "summaries", "log", "dlq"}, stores
+    vec = stores["vectors"]
+    assert (vec["status"], vec["probe"], vec["applied_at"], vec["probe_found"]) == (
+        "pending",
+        "unreachable",
+        None,
+        None,
+    ), vec
+    assert all(s["probe"] == "absent" for name, s in stores.items() if name != "vectors"), stores
+    assert report["verdict"] == "pending"
+    assert cli.json("trace", request)["verdict"] == "pending"  # still: nothing applies it while the worker is down
+
+    cli.start_worker("--projection", "vectors")
+    wait_until(
+        lambda: cli.json("trace", request)["verdict"] == "complete",
+        what="the erasure to complete once the vectors worker is back",
+        logs=cli.worker_logs,
+    )
+    report = cli.json("trace", request)
+    assert all(s["probe"] == "absent" for s in report["stores"]), report["stores"]
+    vec = next(s for s in report["stores"] if s["store"] == "vectors")
+    assert vec["status"] == "applied" and vec["applied_at"] is not None and vec["items_removed"] == 1, vec
+    assert others.poll() is None
+    found = cli.json("recall", "erin", "door code green tea", "--purpose", PURPOSE)
+    assert not found["degraded"], found
+    ids = [m["memory_id"] for i in found["items"] for m in [i, *i.get("grouped", [])]]
+    assert gone not in ids and keep in ids, found

@@ -24,6 +24,7 @@ from projections.runner import RetryPolicy
 from projections.tombstones import STORES, PurgeTargets, reapply_tombstones
 from projections.trace import trace
 from projections.trace_html import render_html
+from projections.vector_index import VectorIndexUnreachableError
 from tests.builders import memory_write
 from tests.integration.conftest import one, recall_ids
 from workers.bootstrap import Services, build
@@ -397,5 +398,76 @@ def test_erasure_while_redis_is_down_is_pending_then_complete_once_it_returns(
         after = trace(back.pool, r.request_id, back.trace_targets())
         assert after.verdict == "complete", after
         assert next(s for s in after.stores if s.store == "cache").probe == "absent"
+    finally:
+        back.close()
+
+
+def test_erasure_while_qdrant_is_down_is_pending_then_complete_once_it_returns(
+    tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any
+) -> None:
+    """The vectors store is the local Qdrant index before and after the outage, and a
+    Qdrant URL nothing answers on during it: the vectors runner retries and stalls on the
+    erasure (never skips it), the trace says pending/unreachable, and once the same index
+    is back catch-up applies it."""
+
+    def settings(**vectors: Any) -> Settings:
+        return Settings(
+            data_dir=tmp_path / "data",
+            postgres_dsn=fresh_dsn,
+            redis_url=redis_url,
+            vector_engine="client",
+            embedder="hashing",
+            **vectors,
+        )
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+
+    up = build(settings())
+    try:
+        gone = write(up, "Alice's locker code is 4711")
+        keep = write(up, "Alice prefers tea")
+        up.catch_up()
+        assert up.index is not None and set(up.index.retrieve([gone, keep])) == {gone, keep}
+    finally:
+        up.close()
+
+    down = build(settings(qdrant_url=closed))
+    try:
+        r = down.ledger.erase(down.principal(), EraseMemories(subject_id="alice", memory_ids=(gone,), reason="asked"))
+        assert r.request_id
+        for name in ("facts", "cache", "summaries"):
+            down.runner(name).catch_up(down.log)
+        vectors = down.runner("vectors", RetryPolicy(initial_s=0.05, max_s=0.1, max_attempts=3))
+        with pytest.raises(ProjectionStalledError) as stalled:
+            vectors.catch_up(down.log)
+        assert (stalled.value.projection, stalled.value.attempts) == ("vectors_v1", 3)
+        assert isinstance(stalled.value.__cause__, VectorIndexUnreachableError), stalled.value.__cause__
+        assert (stalled.value.partition, stalled.value.offset) == (r.positions[0].partition, r.positions[0].offset)
+        assert one(down, "SELECT count(*) FROM memory_dlq") == 0  # retried, never dead-lettered
+        report = trace(down.pool, r.request_id, down.trace_targets())
+        vec = next(s for s in report.stores if s.store == "vectors")
+        assert (vec.status, vec.probe, vec.applied_at, vec.probe_found) == ("pending", "unreachable", None, None)
+        assert {s.store: s.status for s in report.stores if s.store != "vectors"} == dict.fromkeys(
+            ("facts", "history", "cache", "summaries", "log", "dlq"), "applied"
+        )
+        assert report.verdict == "pending"
+    finally:
+        down.close()
+
+    back = build(settings())  # the same local index as before the outage
+    try:
+        assert back.index is not None and set(back.index.retrieve([gone, keep])) == {gone, keep}  # not applied yet
+        before = trace(back.pool, r.request_id, back.trace_targets())
+        vec = next(s for s in before.stores if s.store == "vectors")
+        assert (vec.status, vec.probe) == ("pending", "1 copy found")
+        back.catch_up()
+        after = trace(back.pool, r.request_id, back.trace_targets())
+        assert after.verdict == "complete", after
+        vec = next(s for s in after.stores if s.store == "vectors")
+        assert (vec.status, vec.probe, vec.items_removed) == ("applied", "absent", 1)
+        assert vec.applied_at is not None
+        assert set(back.index.retrieve([gone, keep])) == {keep}
     finally:
         back.close()

@@ -30,7 +30,13 @@ from uuid6 import uuid7
 
 from projections.qdrant_client_index import QdrantClientIndex
 from projections.qdrant_edge_index import QdrantEdgeIndex
-from projections.vector_index import VectorFilter, VectorIndex, VectorIndexError, VectorPoint
+from projections.vector_index import (
+    VectorFilter,
+    VectorIndex,
+    VectorIndexError,
+    VectorIndexUnreachableError,
+    VectorPoint,
+)
 from projections.vector_remote import RemoteVectorIndex, VectorQueryServer
 
 pytestmark = pytest.mark.integration
@@ -537,5 +543,21 @@ def test_remote_unreachable_names_the_url() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"  # nothing listens there any more
-    with pytest.raises(VectorIndexError, match=f"cannot reach vector query server at {url}"):
+    with pytest.raises(VectorIndexUnreachableError, match=f"cannot reach vector query server at {url}"):
         RemoteVectorIndex(url, COLLECTION, timeout_s=2.0).count()
+
+
+def test_qdrant_server_unreachable_is_told_apart() -> None:
+    """A Qdrant URL nothing listens on: every call raises VectorIndexUnreachableError (a
+    VectorIndexError), which the vectors projection waits out rather than failing."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    index = QdrantClientIndex.for_url(f"http://127.0.0.1:{port}", COLLECTION)
+    try:
+        for call in (lambda: index.ensure_collection(DIM), index.count, lambda: index.delete([str(uuid7())])):
+            with pytest.raises(VectorIndexUnreachableError, match="Qdrant unreachable") as info:
+                call()
+            assert isinstance(info.value, VectorIndexError) and info.value.collection == COLLECTION
+    finally:
+        index.close()
