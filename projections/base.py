@@ -258,6 +258,7 @@ class ContentAccess:
         """The clear text, or ``None`` if the memory is erased (tombstone or key gone)."""
         with self._conn(conn) as c:
             if self.erased_among([memory_id], c):
+                log.info("memory %s: content skipped: erased (tombstone)", memory_id)
                 return None
             return self._open(c, memory_id, sealed)
 
@@ -267,6 +268,8 @@ class ContentAccess:
             return []
         with self.pool.connection() as c:
             gone = self.erased_among([m for m, _ in items], c)
+            for m in sorted(gone):
+                log.info("memory %s: content skipped: erased (tombstone)", m)
             return [None if m in gone else self._open(c, m, sealed) for m, sealed in items]
 
     def _open(self, conn: psycopg.Connection, memory_id: str, sealed: SealedText) -> str | None:
@@ -274,6 +277,12 @@ class ContentAccess:
             text = self.keyring.open(conn, sealed)
             if text is None and not self.keyring.key_exists(conn, sealed.key_id):
                 text = self._await_key(conn, memory_id, sealed)
+            elif text is None:
+                log.info(
+                    "memory %s: content skipped: data key %s was destroyed (erasure, revocation, expiry or redaction)",
+                    memory_id,
+                    sealed.key_id,
+                )
             return text
         except CorruptContentError as exc:
             log.error("memory %s: content skipped: %s", memory_id, exc)

@@ -200,8 +200,9 @@ def bench_erasure_cmd(
     embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
     as_json: JsonOpt = False,
 ) -> None:
-    """Erasure propagation latency (ack -> trace complete in every store) under a steady
-    write load on Kafka with the faust workers (addresses from MEMLEDGER_TEST_*)."""
+    """Erasure propagation latency (ack -> no copy found by any probe, and ack -> trace
+    complete in every store) under a steady write load on Kafka with the faust workers
+    (addresses from MEMLEDGER_TEST_*)."""
     import json
     import tempfile
 

@@ -3,6 +3,7 @@ committed is waited for, a destroyed one is never waited for."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -35,7 +36,9 @@ def test_a_key_committed_after_the_event_is_read_is_waited_for(pool: ConnectionP
     assert committed.is_set() and result == ["Alice prefers tea"]
 
 
-def test_a_destroyed_key_is_not_waited_for_and_a_missing_one_gives_up(pool: ConnectionPool, keyring: Keyring) -> None:
+def test_a_destroyed_key_is_not_waited_for_and_a_missing_one_gives_up(
+    pool: ConnectionPool, keyring: Keyring, caplog: pytest.LogCaptureFixture
+) -> None:
     with pool.connection() as conn:
         Keyring.install(conn)
         state.install(conn)
@@ -43,6 +46,8 @@ def test_a_destroyed_key_is_not_waited_for_and_a_missing_one_gives_up(pool: Conn
         keyring.destroy(conn, [MID])
         other = keyring.seal(conn, "alice", "01a22800-0000-7000-8000-000000000002", "x")
     content = ContentAccess(pool, keyring, missing_key_wait_s=0.2)
-    assert content.open(MID, sealed) is None
+    with caplog.at_level(logging.INFO, logger="projections.base"):
+        assert content.open(MID, sealed) is None
+    assert f"memory {MID}: content skipped: data key {MID} was destroyed" in caplog.text  # says why
     never = other.model_copy(update={"key_id": "01a22800-0000-7000-8000-00000000dead"})
     assert content.open("01a22800-0000-7000-8000-00000000dead", never) is None

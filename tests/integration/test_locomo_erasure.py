@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 
-from contracts import EraseMemories, MemoryRedacted, MemoryWritten, SummaryDerived, decode_event, utc_now
+from contracts import (
+    PERSONAL_CONTEXT,
+    EraseMemories,
+    MemoryRedacted,
+    MemoryWritten,
+    SummaryDerived,
+    decode_event,
+    utc_now,
+)
 from ledger.eventlog import read_all
 from projections.trace import trace
 from workers.bootstrap import Services
@@ -121,6 +129,8 @@ def assert_gone(svc: Services, subject: str, e: Erased) -> None:
             event = decode_event(record.value)
             if isinstance(event, MemoryWritten | SummaryDerived) and event.memory_id in ids:
                 assert svc.keyring.open(conn, event.memory.content) is None
+                # the turn id, key and scope id were sealed with it: unreadable too
+                assert svc.keyring.open(conn, event.memory.personal, PERSONAL_CONTEXT) is None
                 copies += 1
             elif isinstance(event, MemoryRedacted) and event.memory_id in ids:
                 assert svc.keyring.open(conn, event.content) is None
