@@ -85,12 +85,22 @@ _SUMMARY_FILTER_SQL = """
   f.subject_id = %(subject)s AND f.purpose = %(purpose)s AND (f.scope_type || ':' || f.scope_id) = ANY(%(scopes)s)
   AND (f.expires_at IS NULL OR f.expires_at > %(now)s)
   AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.memory_id = f.memory_id)
-  AND NOT EXISTS (SELECT 1 FROM {facts} src WHERE src.memory_id = ANY(f.derived_from)
-                  AND (src.status <> 'active' OR src.expires_at <= %(now)s))
+  AND NOT EXISTS (
+    WITH RECURSIVE lineage(memory_id) AS (
+      SELECT unnest(f.derived_from)
+      UNION
+      SELECT unnest(inner_s.derived_from) FROM {summaries} inner_s JOIN lineage l ON inner_s.memory_id = l.memory_id
+    )
+    SELECT 1 FROM lineage l JOIN {facts} src ON src.memory_id = l.memory_id
+     WHERE src.status <> 'active' OR src.expires_at <= %(now)s
+    UNION ALL
+    SELECT 1 FROM lineage l JOIN {summaries} inner_s ON inner_s.memory_id = l.memory_id
+     WHERE inner_s.expires_at <= %(now)s)
 """
-"""A summary is recalled only while every source it has in the facts table is active and
-not expired at ``now`` (swept or not): a summary of a disputed, unconfirmed or expired
-claim is no evidence (``{facts}``: the facts table of the sources)."""
+"""A summary is recalled only while every memory it was derived from, directly or through
+other summaries, is active and not expired at ``now`` (swept or not): a summary of a
+disputed, unconfirmed or expired claim is no evidence (``{facts}``: the facts table of the
+sources; ``{summaries}``: the summaries table, for summaries of summaries)."""
 
 _SUMMARY_COLUMNS = """
   f.memory_id, f.subject_id, 'summary' AS kind, f.content, 'active' AS status, f.confirmed, f.confidence, f.key,
@@ -128,7 +138,7 @@ class Recall:
         self._fixed = ServingStores(index, embedder, cache)
         self._route = route
         self._facts = facts
-        self._summary_filter = _SUMMARY_FILTER_SQL.format(facts=facts.facts)
+        self._summary_filter = _SUMMARY_FILTER_SQL.format(facts=facts.facts, summaries=summaries_table)
         self._summaries = summaries_table
         self._candidates = candidates
         self._rrf_k = rrf_k

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -284,3 +285,18 @@ def test_replay_with_destroyed_keys_equals_live_row_for_row(world: World) -> Non
     assert world.row(
         "SELECT count(*) FROM facts_v1 WHERE content LIKE '%%555-0100%%' OR content LIKE '%%Lisbon%%'"
     ) == (0,)
+
+
+def test_a_summary_of_a_summary_is_not_recalled_once_a_source_below_expired(world: World) -> None:
+    s = world.stage
+    soon = utc_now() + timedelta(minutes=5)
+    a = s.write("Alice runs the Tuesday standup", retention={"expires_at": soon})
+    b = s.write("Alice writes the release notes")
+    inner = s.write("Alice: standup, release notes", kind="summary", provenance={"derived_from": [a, b]})
+    outer = s.write("Alice leads the team rituals", kind="summary", provenance={"derived_from": [inner]})
+    query = "Alice standup release notes team rituals"
+    assert outer in ids(world.recall(query))
+    later = utc_now() + timedelta(minutes=10)  # a expired, not swept yet
+    result = world.recall_.recall(READER, "alice", PURPOSE, query, later)
+    assert inner not in ids(result) and outer not in ids(result)
+    assert b in ids(result)
