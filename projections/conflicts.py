@@ -48,8 +48,10 @@ class ConflictMember:
 
 @dataclass(frozen=True)
 class Conflict:
-    """One detected conflict; ``open`` while two or more members are live. ``key`` and
-    ``scope["id"]`` are ``None`` once no member's personal fields are readable."""
+    """One detected conflict; ``open`` while two or more members are live and no later
+    conflict holds all of its members and more (a further claim in the same slot makes the
+    ledger detect a conflict among all the claims: the earlier one is ``merged_into`` it).
+    ``key`` and ``scope["id"]`` are ``None`` once no member's personal fields are readable."""
 
     conflict_id: str
     key: str | None
@@ -58,6 +60,7 @@ class Conflict:
     detected_at: datetime
     open: bool
     members: list[ConflictMember] = field(default_factory=list)
+    merged_into: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (times as ISO 8601 UTC strings)."""
@@ -68,6 +71,7 @@ class Conflict:
             "scope": self.scope,
             "detected_at": self.detected_at.isoformat(),
             "open": self.open,
+            "merged_into": self.merged_into,
             "members": [
                 {
                     "memory_id": m.memory_id,
@@ -107,7 +111,8 @@ def list_conflicts(
     out = []
     for c in conflicts:
         members = [_member(m, facts.get(m)) for m in c["memory_ids"]]
-        is_open = sum(m.status in LIVE_STATUSES for m in members) >= 2
+        merged_into = next((o["conflict_id"] for o in conflicts if set(o["memory_ids"]) > set(c["memory_ids"])), None)
+        is_open = merged_into is None and sum(m.status in LIVE_STATUSES for m in members) >= 2
         slot = next((facts[m] for m in c["memory_ids"] if m in facts and facts[m]["key"] is not None), None)
         if is_open or include_resolved:
             out.append(
@@ -119,6 +124,7 @@ def list_conflicts(
                     detected_at=c["detected_at"],
                     open=is_open,
                     members=members,
+                    merged_into=merged_into,
                 )
             )
     return out
@@ -133,6 +139,8 @@ def open_conflicts_of(conn: psycopg.Connection, tables: FactsTables, memory_ids:
         f"""
         SELECT c.conflict_id, c.memory_ids FROM {tables.conflicts} c
          WHERE c.memory_ids && %s::text[]
+           AND NOT EXISTS (SELECT 1 FROM {tables.conflicts} later
+                            WHERE later.memory_ids @> c.memory_ids AND NOT c.memory_ids @> later.memory_ids)
            AND (SELECT count(*) FROM {tables.facts} f
                  WHERE f.memory_id = ANY(c.memory_ids) AND f.status = ANY(%s)) >= 2
          ORDER BY c.conflict_id

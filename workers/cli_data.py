@@ -222,7 +222,7 @@ def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
     console = Console(width=160, highlight=False)
     with console.capture() as captured:
         for c in conflicts:
-            state = "open" if c.open else "resolved"
+            state = "open" if c.open else f"merged into {c.merged_into}" if c.merged_into else "resolved"
             title = (
                 f"conflict {c.conflict_id} ({state}): key {c.key or '(unreadable)'}, purpose {c.purpose},"
                 f" scope {c.scope['type']}:{c.scope['id'] or '(unreadable)'},"

@@ -64,3 +64,16 @@ def test_conflicts_needs_a_read_grant(cli: Any) -> None:
 
     result = CliRunner().invoke(app, ["--principal", "nobody", "conflicts", "alice"])
     assert isinstance(result.exception, NotAuthorisedError)
+
+
+def test_a_third_claim_merges_the_open_conflict_into_one_among_all_three(cli: Any) -> None:
+    a = _claim(cli, "Alice wants short answers", "crm")
+    b = _claim(cli, "Alice wants long answers", "survey")
+    [first] = cli("conflicts", "alice", "--json")
+    c = _claim(cli, "Alice wants medium answers", "support-ticket")
+    [merged] = cli("conflicts", "alice", "--json")  # one open conflict, not two
+    assert merged["open"] and {m["memory_id"] for m in merged["members"]} == {a, b, c}
+    earlier = next(x for x in cli("conflicts", "alice", "--all", "--json") if x["conflict_id"] == first["conflict_id"])
+    assert not earlier["open"] and earlier["merged_into"] == merged["conflict_id"]
+    cli("confirm", "alice", c)
+    assert cli("conflicts", "alice", "--json") == []
