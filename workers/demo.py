@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from contracts import EraseMemories, MemoryWrite, MemoryWritten, decode_event, utc_now
+from contracts import PERSONAL_CONTEXT, EraseMemories, MemoryWrite, MemoryWritten, decode_event, utc_now
 from ledger.eventlog import read_all
 from projections.trace import render_text, trace
 from workers.bootstrap import PROJECTION_NAMES, Services, build
@@ -146,14 +146,18 @@ def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
         ids = _recall(svc, console, "PostgreSQL Kafka production")
         checks.append(("nothing erased came back after replay", fact not in ids and report.verdict != "failed"))
 
-        console.print("8. the log keeps the events, but the erased content is unreadable")
+        console.print("8. the log keeps the events, but the erased content and personal fields are unreadable")
         with svc.pool.connection() as conn:
             for record in read_all(svc.log):
                 event = decode_event(record.value)
                 if isinstance(event, MemoryWritten) and event.memory_id == fact:
                     text = svc.keyring.open(conn, event.memory.content)
-                    console.print(f"  offset {record.offset}: MemoryWritten {fact}: content -> {text!r}")
-                    checks.append(("the log copy cannot be decrypted", text is None))
+                    personal = svc.keyring.open(conn, event.memory.personal, PERSONAL_CONTEXT)
+                    console.print(
+                        f"  offset {record.offset}: MemoryWritten {fact}: content -> {text!r},"
+                        f" key, scope id and references -> {personal!r}"
+                    )
+                    checks.append(("the log copy cannot be decrypted", text is None and personal is None))
     finally:
         svc.close()
     console.print("")
