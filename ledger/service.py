@@ -181,8 +181,9 @@ class Ledger:
 
         Raises:
             UnknownMemoryError: ``memory_id`` is not known.
-            InvalidCommandError: the old memory belongs to another subject, or is not
-                ``active``/``needs_confirmation``; or as ``write``.
+            InvalidCommandError: the old memory belongs to another subject or was written
+                for another purpose, or is not ``active``/``needs_confirmation``; or as
+                ``write``.
         """
         principal.require("write", cmd.subject_id)
         now = self._clock()
@@ -191,6 +192,11 @@ class Ledger:
             old = self._one_head(conn, memory_id, cmd.subject_id, "memory_id")
             if old.subject_id != cmd.subject_id:
                 raise InvalidCommandError("subject_id", "a supersession cannot cross subjects")
+            if old.purpose != cmd.purpose:
+                raise InvalidCommandError(
+                    "purpose",
+                    f"memory {memory_id!r} was written for {old.purpose!r}: its replacement keeps that purpose",
+                )
             new_id_, events = self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=True)
             if not any(isinstance(e, MemorySuperseded) and e.memory_id == memory_id for e in events):
                 events += self._supersede_all(conn, [old], new_id_, now, corr, events[0].event_id)

@@ -234,6 +234,9 @@ def test_bad_lifecycle_commands_are_refused_and_write_nothing(ledger: Ledger) ->
     before = ledger._log.end_offsets()
     with pytest.raises(InvalidCommandError, match="subject"):
         ledger.supersede(ALICE, r.memory_id, memory_write(subject="bob", content="x"))
+    with pytest.raises(InvalidCommandError, match="keeps that purpose") as other_purpose:
+        ledger.supersede(ALICE, r.memory_id, memory_write(content="x", purpose="marketing"))
+    assert other_purpose.value.field == "purpose"
     with pytest.raises(UnknownMemoryError):
         ledger.confirm(ALICE, "alice", "0190a5a0-0000-7000-8000-000000000000")
     with pytest.raises(InvalidCommandError, match="now"):
