@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -286,14 +287,33 @@ def erase(
     )
 
 
+SWEEP_FUTURE_TOLERANCE = timedelta(minutes=5)
+"""How far past the current UTC time ``sweep --now`` may be without ``--allow-future``
+(clock skew between machines)."""
+
+
 @app.command()
 def sweep(
     now: Annotated[str | None, typer.Option(help="ISO 8601 time with zone (default: now, UTC)")] = None,
+    allow_future: Annotated[
+        bool,
+        typer.Option(
+            "--allow-future", help="accept a --now more than 5 minutes ahead (expires memories early, irreversibly)"
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Enforce retention: expire memories whose expires_at has passed and destroy the
-    content of revoked memories whose grace period ended (RetentionExpired per subject)."""
+    content of revoked memories whose grace period ended (RetentionExpired per subject).
+    Irreversible, so a --now in the future is refused unless --allow-future is given."""
     moment = parse_time(now, "now")
+    current = utc_now()
+    if moment is not None and moment > current + SWEEP_FUTURE_TOLERANCE and not allow_future:
+        raise typer.BadParameter(
+            f"--now: {moment.isoformat()} is more than 5 minutes after the current UTC time"
+            f" ({current.isoformat(timespec='seconds')}); sweeping as of a future time expires memories early"
+            " and destroys their keys: give --allow-future to do it anyway"
+        )
     with services() as svc:
         results = svc.ledger.sweep(svc.principal(), moment)
         project_if_embedded(svc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,26 @@ def test_write_recall_erase_trace_replay(embedded_cli: Cli) -> None:
     ("args", "expected"),
     [
         (("write", "alice", "x", "--purpose", PURPOSE, "--confidence", "1.5"), "confidence"),
+        pytest.param(
+            ("write", "alice", "x", "--purpose", PURPOSE, "--confidence", "nan"),
+            "confidence: must be a finite number between 0 and 1",
+            id="confidence-nan",
+        ),
+        pytest.param(
+            ("write", "alice", "x", "--purpose", PURPOSE, "--confidence", "inf"),
+            "confidence: must be a finite number between 0 and 1",
+            id="confidence-inf",
+        ),
+        pytest.param(
+            ("sweep", "--now", "2099-01-01T00:00:00Z"),
+            "--now: 2099-01-01T00:00:00+00:00 is more than 5 minutes after",
+            id="sweep-future-now",
+        ),
+        pytest.param(
+            ("replay", "facts", "--embedder", "hashing"),
+            "--embedder: only the vectors projection has an embedder",
+            id="replay-facts-embedder",
+        ),
         (("write", "alice", "x", "--purpose", PURPOSE, "--expires-at", "2030-01-01T00:00:00"), "expires_at"),
         (("write", "alice", "x", "--purpose", PURPOSE, "--expires-at", "2001-01-01T00:00:00Z"), "retention.expires_at"),
         (("write", " ", "x", "--purpose", PURPOSE), "subject_id"),
@@ -107,3 +128,53 @@ def test_eval_scenarios_runs_in_a_scratch_directory_and_leaves_nothing_behind(em
     assert data["passed"] and data["mode"] == "embedded"
     assert not (Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]) / "pg").exists()  # the configured data dir is untouched
     assert _processes_mentioning("memledger-eval-") == []  # its embedded PostgreSQL was stopped
+
+
+def test_verify_on_a_data_directory_without_writes_is_ok(embedded_cli: Cli) -> None:
+    report = embedded_cli.json("verify", "vectors")
+    assert report["ok"] is True
+    assert [p["projection"] for p in report["projections"]] == ["vectors_v1"]
+    every = embedded_cli.run("verify", "all")
+    assert every.returncode == 0, every.stderr
+    assert "vectors_v1: OK" in every.stdout
+
+
+def test_replay_with_an_unknown_embedder_names_the_option_and_draws_no_progress(embedded_cli: Cli) -> None:
+    proc = embedded_cli.run("replay", "vectors", "--embedder", "nope", check=False)
+    assert proc.returncode == 2, proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "--embedder='nope' is not a known embedder" in error[0]
+    assert "'minilm'" in error[0] and "'hashing-<dim>'" in error[0]
+    assert "MEMLEDGER_EMBEDDER" not in proc.stderr
+    assert "ev/s" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_refused_replay_draws_no_progress_before_its_error(embedded_cli: Cli) -> None:
+    proc = embedded_cli.run("replay", "facts", "--to-version", "1", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "error: to_version: must be above every existing version of facts (highest: 1)\n"
+    done = embedded_cli.run("replay", "facts")  # a replay that goes ahead still shows it
+    assert "ev/s" in done.stderr
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def test_sweep_refuses_a_future_now_unless_allowed(embedded_cli: Cli) -> None:
+    now = datetime.now(UTC)
+    expires = _iso(now + timedelta(days=30))
+    m = embedded_cli.json(
+        "write", "alice", "Alice is on leave this month", "--purpose", PURPOSE, "--expires-at", expires
+    )["memory_id"]
+    future = _iso(now + timedelta(days=60))
+    refused = embedded_cli.run("sweep", "--now", future, check=False)
+    assert refused.returncode == 2
+    assert "--now" in refused.stderr and "more than 5 minutes after the current UTC time" in refused.stderr
+    assert "--allow-future" in refused.stderr and "Traceback" not in refused.stderr
+    skew = embedded_cli.json("sweep", "--now", _iso(datetime.now(UTC) + timedelta(minutes=2)))  # within tolerance
+    assert skew["expired"] == []
+    items = embedded_cli.json("recall", "alice", "on leave", "--purpose", PURPOSE)["items"]
+    assert [i["memory_id"] for i in items] == [m]  # the refused sweep expired nothing
+    allowed = embedded_cli.json("sweep", "--now", future, "--allow-future")
+    assert allowed["expired"] == [m]
