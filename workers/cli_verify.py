@@ -36,6 +36,10 @@ def verify(
                 route = svc.stores.route()
                 if route.index is None or route.embedder is None:
                     raise typer.BadParameter("projection: no vector index is configured")
+                if svc.stores.owns(version):
+                    # the collection is created by the first projection run (none before
+                    # the first write); verify an empty one rather than fail on its absence
+                    route.index.ensure_collection(route.embedder.dim)
                 reports.append(
                     verify_vectors(svc.pool, svc.keyring, svc.log, route.index, route.embedder, version, progress)
                 )

