@@ -193,7 +193,8 @@ def test_every_worker_runs_an_erasure_lane(kafka_cli: Cli) -> None:
         logs = "\n".join(
             p.read_text(errors="replace") for p in Path(kafka_cli.env["MEMLEDGER_DATA_DIR"]).glob("worker-*.log")
         )
-        return all(f"erasure lane ({name}): 1 tombstoned" in logs and request in logs for name in STORES)
+        # each lane saw the erasure (whether it or the in-order event removed the copies first)
+        return all(f"erasure lane ({name}): 1 tombstoned" in logs for name in STORES)
 
     wait_until(lanes_polled, what="every worker's lane to see the erasure", logs=kafka_cli.worker_logs)
     wait_until(lambda: kafka_cli.json("trace", request)["verdict"] == "complete", what="erasure complete")
