@@ -101,30 +101,35 @@ def record_source(conn: psycopg.Connection, request_id: str, cmd: EraseMemories)
 def restore_tombstones(
     conn: psycopg.Connection, keyring: Keyring, tombstones: Mapping[str, Tombstone], now: datetime
 ) -> tuple[int, int]:
-    """Bring the ``tombstones`` table back in line with the tombstone topic after Postgres
-    was restored from a backup taken before some erasures: insert the rows it lacks,
-    destroy the data keys the backup brought back, and mark those memories' heads erased
-    (their sealed copies dropped). Runs in the caller's transaction; idempotent.
+    """Bring the ledger's own tables back in line with its tombstones after Postgres (or
+    part of it) was restored from a backup taken before some erasures: insert the rows
+    ``tombstones`` (from the tombstone topic; empty in the embedded mode) names and the
+    table lacks, then, for every tombstoned memory, destroy the data keys the backup
+    brought back, drop the personal fields from its head (``state.forget_personal``) and
+    mark it erased. Runs in the caller's transaction; idempotent.
 
     Returns (tombstone rows restored, data keys destroyed again).
     """
-    if not tombstones:
-        return 0, 0
-    ids = list(tombstones)
-    restored = conn.execute(
-        "INSERT INTO tombstones (memory_id, subject_id, request_id, erased_at)"
-        " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[])"
-        " ON CONFLICT (memory_id) DO NOTHING",
-        (
-            ids,
-            [t.subject_id for t in tombstones.values()],
-            [t.request_id for t in tombstones.values()],
-            [t.erased_at for t in tombstones.values()],
-        ),
-    ).rowcount
+    restored = 0
+    if tombstones:
+        restored = conn.execute(
+            "INSERT INTO tombstones (memory_id, subject_id, request_id, erased_at)"
+            " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[])"
+            " ON CONFLICT (memory_id) DO NOTHING",
+            (
+                list(tombstones),
+                [t.subject_id for t in tombstones.values()],
+                [t.request_id for t in tombstones.values()],
+                [t.erased_at for t in tombstones.values()],
+            ),
+        ).rowcount
+    ids = [str(r[0]) for r in conn.execute("SELECT memory_id FROM tombstones")]
+    if not ids:
+        return restored, 0
     destroyed = keyring.destroy(conn, ids)
+    state.forget_personal(conn, ids)
     conn.execute(
-        "UPDATE ledger_memories SET status = 'erased', sealed_content = NULL,"
+        "UPDATE ledger_memories SET status = 'erased',"
         " keys_destroyed_at = coalesce(keys_destroyed_at, %s) WHERE memory_id = ANY(%s) AND status <> 'erased'",
         (now, ids),
     )

@@ -182,8 +182,8 @@ class Ledger:
         Raises:
             UnknownMemoryError: ``memory_id`` is not known.
             InvalidCommandError: the old memory belongs to another subject or was written
-                for another purpose, or is not ``active``/``needs_confirmation``; or as
-                ``write``.
+                for another purpose or scope, or is not ``active``/``needs_confirmation``;
+                or as ``write``.
         """
         principal.require("write", cmd.subject_id)
         now = self._clock()
@@ -197,11 +197,32 @@ class Ledger:
                     "purpose",
                     f"memory {memory_id!r} was written for {old.purpose!r}: its replacement keeps that purpose",
                 )
+            if old.scope != cmd.scope:
+                raise InvalidCommandError(
+                    "scope",
+                    f"memory {memory_id!r} is scoped to {old.scope_type}:{old.scope_id}: its replacement keeps that"
+                    " scope (write a new memory for another scope)",
+                )
             new_id_, events = self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=True)
             if not any(isinstance(e, MemorySuperseded) and e.memory_id == memory_id for e in events):
                 events += self._supersede_all(conn, [old], new_id_, now, corr, events[0].event_id)
             positions = self._append(events)
         return CommandResult(tuple(events), tuple(positions), memory_id=new_id_)
+
+    def head(self, principal: Principal, subject_id: str, memory_id: str) -> state.MemoryHead:
+        """The ledger's current view of one memory of ``subject_id`` (status, revision,
+        kind, purpose, scope, key, class, consent), e.g. to default a replacement's fields.
+
+        Raises:
+            NotAuthorisedError: no ``read`` grant for the subject.
+            UnknownMemoryError: ``memory_id`` is not a memory of the subject.
+        """
+        principal.require("read", subject_id)
+        with self._pool.connection() as conn, conn.transaction():
+            found = state.lock_heads(conn, [memory_id]).get(memory_id)
+        if found is None or found.subject_id != subject_id:
+            raise UnknownMemoryError(memory_id, "memory_id")
+        return found
 
     def confirm(self, principal: Principal, subject_id: str, memory_id: str) -> CommandResult:
         """The subject confirmed ``memory_id``: it becomes ``active``, and every other
@@ -308,7 +329,8 @@ class Ledger:
     def redact(self, principal: Principal, subject_id: str, cmd: RedactMemory) -> CommandResult:
         """Replace a memory's text with ``cmd.replacement`` under a new data key (the old
         text's key is destroyed); summaries derived from it are regenerated with the new
-        text and the old ones superseded.
+        text and the old ones superseded, their keys destroyed too (they restate the old
+        text). Inferences derived from it are separate claims and are left as they are.
 
         Raises:
             UnknownMemoryError; InvalidCommandError if the memory was erased.
@@ -351,6 +373,8 @@ class Ledger:
             events: list[Event] = [event]
             summaries = self._live_summaries_of(conn, subject_id, [cmd.memory_id])
             events += self._regenerate(conn, summaries, set(), now, corr, event.event_id, supersede=True)
+            # the old summaries restate the text that was redacted: their keys go with it
+            self._destroy_keys(conn, [s.memory_id for s in summaries], now)
             positions = self._append(events)
         return CommandResult(tuple(events), tuple(positions), memory_id=cmd.memory_id)
 
@@ -385,8 +409,7 @@ class Ledger:
                 MemoryRef(memory_id=m, revision=heads_by_id[m].revision + 1) for m in targets if m in heads_by_id
             )
             hmacs = state.content_hmacs(conn, targets)
-            self._destroy_keys(conn, targets, now)
-            state.forget_personal(conn, targets)  # the head keeps ids, times and statuses only
+            self._destroy_keys(conn, targets, now)  # the head keeps ids, times and statuses only
             if cmd.whole_subject:
                 self._keyring.destroy_subject_keys(conn, cmd.subject_id)
             for ref in affected:

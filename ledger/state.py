@@ -357,12 +357,13 @@ def revoked_at(conn: psycopg.Connection, subject_id: str, consent_ref: str) -> d
 
 
 def mark_keys_destroyed(conn: psycopg.Connection, memory_ids: Sequence[str], at: datetime) -> None:
-    """Record that the data keys of these memories are gone: their sealed copy is
-    dropped from the head table too."""
+    """Record that the data keys of these memories are gone: their sealed copy and their
+    personal fields are dropped from the head table too (``forget_personal``), so the
+    head keeps nothing the log can no longer show."""
     conn.execute(
-        "UPDATE ledger_memories SET keys_destroyed_at = %s, sealed_content = NULL WHERE memory_id = ANY(%s)",
-        (at, list(memory_ids)),
+        "UPDATE ledger_memories SET keys_destroyed_at = %s WHERE memory_id = ANY(%s)", (at, list(memory_ids))
     )
+    forget_personal(conn, memory_ids)
 
 
 def redacted_state(conn: psycopg.Connection, memory_id: str) -> RedactedState:

@@ -30,6 +30,7 @@ from contracts import (
     MemoryReinforced,
     MemoryWritten,
     SummaryDerived,
+    utc_now,
 )
 from contracts.memory import PersonalFields, SealedText
 from ledger.crypto import Keyring
@@ -253,30 +254,48 @@ class ContentAccess:
     keyring: Keyring
     topic_tombstones: TombstoneSet | None = None
     missing_key_wait_s: float = 10.0
+    recent_event_s: float = 300.0
 
-    def open(self, memory_id: str, sealed: SealedText, conn: psycopg.Connection | None = None) -> str | None:
-        """The clear text, or ``None`` if the memory is erased (tombstone or key gone)."""
+    def open(
+        self,
+        memory_id: str,
+        sealed: SealedText,
+        conn: psycopg.Connection | None = None,
+        occurred_at: datetime | None = None,
+    ) -> str | None:
+        """The clear text, or ``None`` if the memory is erased (tombstone or key gone).
+        ``occurred_at`` (UTC) is the event's: see ``_await_key``."""
         with self._conn(conn) as c:
             if self.erased_among([memory_id], c):
                 log.info("memory %s: content skipped: erased (tombstone)", memory_id)
                 return None
-            return self._open(c, memory_id, sealed)
+            return self._open(c, memory_id, sealed, occurred_at)
 
-    def open_many(self, items: Sequence[tuple[str, SealedText]]) -> list[str | None]:
-        """``open`` for several (memory_id, sealed) pairs on one connection, in order."""
+    def open_many(self, items: Sequence[tuple[str, SealedText, datetime | None]]) -> list[str | None]:
+        """``open`` for several (memory_id, sealed, occurred_at) on one connection, in order."""
         if not items:
             return []
         with self.pool.connection() as c:
-            gone = self.erased_among([m for m, _ in items], c)
+            gone = self.erased_among([m for m, _, _ in items], c)
             for m in sorted(gone):
                 log.info("memory %s: content skipped: erased (tombstone)", m)
-            return [None if m in gone else self._open(c, m, sealed) for m, sealed in items]
+            return [None if m in gone else self._open(c, m, sealed, at) for m, sealed, at in items]
 
-    def _open(self, conn: psycopg.Connection, memory_id: str, sealed: SealedText) -> str | None:
+    def _open(
+        self, conn: psycopg.Connection, memory_id: str, sealed: SealedText, occurred_at: datetime | None
+    ) -> str | None:
         try:
             text = self.keyring.open(conn, sealed)
-            if text is None and not self.keyring.key_exists(conn, sealed.key_id):
+            recent = occurred_at is None or (utc_now() - occurred_at).total_seconds() < self.recent_event_s
+            if text is None and recent and not self.keyring.key_exists(conn, sealed.key_id):
                 text = self._await_key(conn, memory_id, sealed)
+            elif text is None and not self.keyring.key_exists(conn, sealed.key_id):
+                log.warning(
+                    "memory %s: content skipped: data key %s does not exist (the key store was restored from"
+                    " a backup older than the event?)",
+                    memory_id,
+                    sealed.key_id,
+                )
             elif text is None:
                 log.info(
                     "memory %s: content skipped: data key %s was destroyed (erasure, revocation, expiry or redaction)",
@@ -291,9 +310,11 @@ class ContentAccess:
     def _await_key(self, conn: psycopg.Connection, memory_id: str, sealed: SealedText) -> str | None:
         """The ledger appends an event inside the transaction that creates its data key,
         so a fast projection can read the event a moment before the key row commits. A
-        key row that is missing (not destroyed) is waited for, up to ``missing_key_wait_s``
-        seconds; if it never appears (the ledger's transaction failed after the append),
-        the text is unreadable and the projection goes on without it."""
+        key row that is missing (not destroyed) for an event that occurred less than
+        ``recent_event_s`` seconds ago is waited for, up to ``missing_key_wait_s`` seconds
+        (an older event's key will never come: a key store restored from an old backup);
+        if it never appears (the ledger's transaction failed after the append), the text
+        is unreadable and the projection goes on without it."""
         deadline = time.monotonic() + self.missing_key_wait_s
         while time.monotonic() < deadline:
             time.sleep(0.02)

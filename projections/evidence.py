@@ -98,7 +98,7 @@ def one_per_key(items: Sequence[RecallItem]) -> list[RecallItem]:
     Memories of different scopes may share a key (a subject-wide preference and a
     document's own one are different slots); for a task the most specific scope answers
     (document, then workspace, then subject), and among equals the better ranked one.
-    The answer takes the place of the best-ranked memory of its key. Within one slot the
+    The answer keeps its own rank (the order stays the order of the scores). Within one slot the
     ledger never leaves two active memories, but a projection in the middle of a batch
     can show both for a moment. Summaries are left alone: :func:`group_summaries`
     handles them with their sources."""
@@ -112,15 +112,7 @@ def one_per_key(items: Sequence[RecallItem]) -> list[RecallItem]:
             held = answer.get(item.key)  # type: ignore[arg-type]
             if held is None or _SCOPE_SPECIFICITY[item.scope["type"]] < _SCOPE_SPECIFICITY[held.scope["type"]]:
                 answer[item.key] = item  # type: ignore[index]
-    out: list[RecallItem] = []
-    placed: set[str] = set()
-    for item in items:
-        if not keyed(item):
-            out.append(item)
-        elif item.key not in placed:
-            placed.add(item.key)  # type: ignore[arg-type]
-            out.append(answer[item.key])  # type: ignore[index]
-    return out
+    return [item for item in items if not keyed(item) or answer[item.key] is item]  # type: ignore[index]
 
 
 def group_summaries(items: Sequence[RecallItem]) -> list[RecallItem]:

@@ -215,7 +215,7 @@ class FactsProjection(base.TransactionalProjection):
     # -- per event ----------------------------------------------------------------------
 
     def _written(self, conn: psycopg.Connection, e: MemoryWritten) -> bool:
-        text = self._content.open(e.memory_id, e.memory.content, conn)
+        text = self._content.open(e.memory_id, e.memory.content, conn, e.occurred_at)
         if text is None and self._content.is_tombstoned(e.memory_id, conn):
             return False  # erased before we got here: nothing of it may be stored
         # text None and no tombstone: a later redaction, revocation or expiry destroyed this
@@ -259,7 +259,7 @@ class FactsProjection(base.TransactionalProjection):
         return True
 
     def _redacted(self, conn: psycopg.Connection, e: MemoryRedacted) -> bool:
-        text = self._content.open(e.memory_id, e.content, conn)
+        text = self._content.open(e.memory_id, e.content, conn, e.occurred_at)
         if text is None and self._content.is_tombstoned(e.memory_id, conn):
             return False
         # text None and no tombstone: replaying a memory whose keys a later revocation,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from contracts import Event, UnknownEventError, decode_event
@@ -148,9 +149,17 @@ class ProjectionRunner:
         done = self.projection.positions()
         return {p: max(0, end - (done.get(p, -1) + 1)) for p, end in log_.end_offsets().items()}
 
-    def catch_up(self, log_: EventLog, batch_size: int = 256, progress: Callable[[int], None] | None = None) -> int:
+    def catch_up(
+        self,
+        log_: EventLog,
+        batch_size: int = 256,
+        progress: Callable[[int], None] | None = None,
+        lock: AbstractContextManager[object] | None = None,
+    ) -> int:
         """Apply every record from the stored positions to the current end of the log.
-        Returns the number of records handled; ``progress`` gets each batch's size."""
+        Returns the number of records handled; ``progress`` gets each batch's size;
+        ``lock``, when given, is held while each batch is applied (another user of the
+        store, e.g. an erasure lane, waits for one batch at most)."""
         handled = 0
         ends = log_.end_offsets()
         for partition, end in ends.items():
@@ -159,7 +168,8 @@ class ProjectionRunner:
                 records = log_.read(partition, offset, min(batch_size, end - offset))
                 if not records:
                     break
-                self.handle(records)
+                with lock or nullcontext():
+                    self.handle(records)
                 handled += len(records)
                 offset = records[-1].offset + 1
                 if progress is not None:

@@ -112,7 +112,7 @@ class SummariesProjection(base.TransactionalProjection):
     def _derived(self, conn: psycopg.Connection, e: SummaryDerived) -> None:
         if self._content.erased_among([e.memory_id, *e.memory.provenance.derived_from], conn):
             return  # the summary, or a source it restates, is tombstoned: store nothing of it
-        text = self._content.open(e.memory_id, e.memory.content, conn)
+        text = self._content.open(e.memory_id, e.memory.content, conn, e.occurred_at)
         if text is None:
             return
         personal = self._content.personal(e.memory_id, e.memory.personal, conn)

@@ -122,7 +122,10 @@ class VectorsProjection(base.PositionedProjection):
         erased = self._content.erased_among([e.memory_id for e in events if isinstance(e, base.WRITE_EVENTS)])
         events = [e for e in events if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
         writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted)]
-        sealed = [(w.memory_id, w.memory.content if isinstance(w, MemoryWritten) else w.content) for w in writes]
+        sealed = [
+            (w.memory_id, w.memory.content if isinstance(w, MemoryWritten) else w.content, w.occurred_at)
+            for w in writes
+        ]
         opened = self._content.open_many(sealed)
         texts = {w.event_id: t for w, t in zip(writes, opened, strict=True) if t is not None}
         personal = self._personal([w for w in writes if w.event_id in texts])

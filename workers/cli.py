@@ -193,22 +193,36 @@ def supersede(
     memory_id: str,
     subject: str,
     content: str,
-    purpose: Purpose,
-    kind: Kind = "preference",
-    scope: ScopeOpt = "subject",
-    key: str | None = None,
-    sensitivity: str = "internal",
+    purpose: Annotated[str | None, typer.Option(help="must be the old memory's (default: it)")] = None,
+    kind: Annotated[str | None, typer.Option(help="default: the old memory's kind")] = None,
+    scope: Annotated[str | None, typer.Option(help="must be the old memory's (default: it)")] = None,
+    key: Annotated[str | None, typer.Option(help="default: the old memory's key")] = None,
+    sensitivity: Annotated[str | None, typer.Option(help="default: the old memory's class")] = None,
     expires_at: str | None = None,
-    basis: str = "indefinite",
-    consent_ref: str | None = None,
+    basis: Annotated[str | None, typer.Option(help="default: the old memory's retention basis")] = None,
+    consent_ref: Annotated[str | None, typer.Option(help="default: the old memory's consent reference")] = None,
     confirmed: bool = True,
     writer: str | None = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Replace MEMORY_ID of SUBJECT with a new memory holding CONTENT."""
-    options = {k: v for k, v in locals().items() if k not in ("memory_id", "subject", "content", "as_json")}
-    cmd = _memory_write(subject, content, **options)
+    """Replace MEMORY_ID of SUBJECT with a new memory holding CONTENT. Options not given
+    are taken from the memory it replaces (the purpose and scope cannot change)."""
     with services() as svc:
+        old = svc.ledger.head(svc.principal(), subject, memory_id)
+        cmd = _memory_write(
+            subject,
+            content,
+            kind=kind or old.kind,
+            purpose=purpose or old.purpose,
+            scope=scope or ("subject" if old.scope_type == "subject" else f"{old.scope_type}:{old.scope_id}"),
+            key=key if key is not None else old.key,
+            sensitivity=sensitivity or old.sensitivity,
+            expires_at=expires_at,
+            basis=basis or old.retention_basis,
+            consent_ref=consent_ref or old.consent_ref,
+            confirmed=confirmed,
+            writer=writer,
+        )
         r = svc.ledger.supersede(svc.principal(), memory_id, cmd)
         project_if_embedded(svc)
     emit(as_json, _result(r), lambda: f"memory {memory_id} superseded by {r.memory_id} at {_where(r)}")

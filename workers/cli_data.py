@@ -14,7 +14,7 @@ from rich.table import Table
 
 from projections.conflicts import Conflict, list_conflicts
 from projections.facts import STABLE
-from workers.cliutil import emit, project_if_embedded, services
+from workers.cliutil import STATE, emit, project_if_embedded, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 bench_app = typer.Typer(
@@ -47,15 +47,21 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int], Non
 
 
 def demo(
-    data_dir: Annotated[Path, typer.Option(help="fresh directory for the demo's stores (wiped first)")] = Path(
-        ".memledger-demo"
-    ),
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="directory for the demo's stores (default .memledger-demo; wiped first if the demo made it)"),
+    ] = None,
     embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
 ) -> None:
     """Run the bundled scenario on the embedded default: write, supersede, recall, erase, trace, replay."""
-    from workers.demo import run_demo
+    from workers.demo import check_demo_dir, run_demo
 
-    if not run_demo(data_dir, embedder):
+    where = data_dir or STATE.data_dir or Path(".memledger-demo")
+    try:
+        check_demo_dir(where)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if not run_demo(where, embedder):
         raise typer.Exit(1)
 
 

@@ -62,10 +62,11 @@ def reapply_tombstones_cmd(
     from a backup taken before an erasure. For vectors, stop the vectors worker first (the
     local index has one owner). Records the run in tombstone_reapplications.
 
-    In the distributed mode the tombstones table itself is first brought back in line with
-    the compacted tombstone topic (a Postgres restored from an old backup lacks rows and
-    holds erased memories' data keys again): missing rows are restored and those keys
-    destroyed again, before any store is purged."""
+    First the ledger's own tables are brought back in line: in the distributed mode the
+    tombstones table is checked against the compacted tombstone topic (a Postgres restored
+    from an old backup lacks rows) and missing rows restored; then every tombstoned
+    memory's data keys that a restore brought back are destroyed again and its head keeps
+    no personal field. Then the stores are purged."""
     stores = STORES if store == "all" else (store,)
     if any(s not in STORES for s in stores):
         raise typer.BadParameter(f"store: must be one of {', '.join(STORES)} or all")
@@ -73,19 +74,21 @@ def reapply_tombstones_cmd(
     with services(own_vectors=own_vectors, projections=()) as svc:
         svc.principal().require("erase", "*")  # purging spans every subject
         from_topic: dict[str, object] | None = None
+        known = svc.tombstone_set.all() if svc.tombstone_set is not None else {}
+        with svc.pool.connection() as conn, conn.transaction():  # keys and heads first, then the stores
+            rows, keys = restore_tombstones(conn, svc.keyring, known, utc_now())
         if svc.tombstone_set is not None:
-            known = svc.tombstone_set.all()
-            with svc.pool.connection() as conn, conn.transaction():
-                rows, keys = restore_tombstones(conn, svc.keyring, known, utc_now())
             from_topic = {"topic": svc.tombstone_set.topic, "tombstones": len(known), "rows_restored": rows}
             from_topic["keys_destroyed"] = keys
         targets = svc.purge_targets()
         result = reapply_tombstones(svc.pool, stores, targets, run_id="rt-" + new_id())
-    out = result.to_dict() | ({"restored_from_topic": from_topic} if from_topic is not None else {})
+    out = result.to_dict() | {"keys_destroyed_again": keys}
+    out |= {"restored_from_topic": from_topic} if from_topic is not None else {}
 
     def render() -> str:
         if from_topic is None:
-            return result.render()
+            again = f"{keys} data keys of tombstoned memories destroyed again\n" if keys else ""
+            return again + result.render()
         head = (
             f"tombstones table checked against {from_topic['topic']} ({from_topic['tombstones']} tombstones):"
             f" {from_topic['rows_restored']} rows restored, {from_topic['keys_destroyed']} data keys destroyed again"

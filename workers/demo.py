@@ -47,11 +47,37 @@ def _recall(svc: Services, console: Console, query: str, **kw: object) -> list[s
     return [i.memory_id for i in result.items]
 
 
+DEMO_MARKER = ".memledger-demo"
+"""The file that marks a directory as the demo's own (the demo wipes only such a one)."""
+
+
+def check_demo_dir(data_dir: Path) -> None:
+    """Refuse a ``data_dir`` the demo may not wipe: one that exists, is not empty and
+    lacks ``DEMO_MARKER`` (a real ledger, say).
+
+    Raises:
+        ValueError: naming ``data_dir`` and the rule.
+    """
+    if data_dir.exists() and any(data_dir.iterdir()) and not (data_dir / DEMO_MARKER).exists():
+        raise ValueError(
+            f"data_dir: {data_dir} is not empty and was not made by the demo; the demo wipes its directory,"
+            " give a new one"
+        )
+
+
 def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
-    """Run the scenario in a fresh ``data_dir``; returns True when every check held."""
+    """Run the scenario in a fresh ``data_dir`` (wiped first, if the demo made it);
+    returns True when every check held.
+
+    Raises:
+        ValueError: ``data_dir`` holds something else (``check_demo_dir``).
+    """
     console = Console(highlight=False, soft_wrap=True)
+    check_demo_dir(data_dir)
     if data_dir.exists():
         shutil.rmtree(data_dir)
+    data_dir.mkdir(parents=True)
+    (data_dir / DEMO_MARKER).write_text("made by memledger demo: wiped by the next run\n", encoding="utf-8")
     console.print(f"[bold]memory-ledger demo[/bold] (embedded default, data in {data_dir})")
     console.print("1. starting the embedded stores: PostgreSQL, Qdrant engine, Redis")
     svc = build(Settings(data_dir=data_dir, embedder=embedder))

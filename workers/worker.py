@@ -195,8 +195,10 @@ def run_faust(
     ``<prefix>.<name>_v<version>`` (blocks until stopped). A vectors worker opens its own
     collection and, without a Qdrant server, answers vector queries for it on
     ``vector_query_url(settings, version)``. ``batch_size`` defaults to ``BATCH_SIZE``
-    (``VECTORS_BATCH_SIZE`` for vectors). Every ``lane_interval_s`` seconds, between
-    batches, its erasure lane purges newly erased memories from the store ahead of log
+    (``VECTORS_BATCH_SIZE`` for vectors). Before it joins its consumer group it applies
+    whatever lies between its own stored positions and the end of the log. Every
+    ``lane_interval_s`` seconds, between batches (a thread of its own, running from the
+    start), its erasure lane purges newly erased memories from the store ahead of log
     order (``projections.erasure_lane``).
 
     Raises:
@@ -258,20 +260,35 @@ def run_faust(
                 )
                 os._exit(70)
 
-    @app.timer(interval=lane_interval_s)  # type: ignore[untyped-decorator]
-    async def erasure_lane() -> None:
-        await asyncio.get_running_loop().run_in_executor(None, _locked, store_lock, lane.poll_logged)
-
     group = f"{settings.consumer_group_prefix}.{projection.id}"
     print(f"worker: {projection.id} on {settings.kafka_bootstrap}, consumer group {group}", flush=True)
+    stop_lane = threading.Event()
+    lane_thread = threading.Thread(
+        target=_run_lane, args=(lane.poll_logged, store_lock, stop_lane, lane_interval_s), daemon=True
+    )
+    lane_thread.start()  # from the start: not only once the consumer group has assigned partitions
+    # the consumer group's offsets may be ahead of this projection's own positions (a
+    # Postgres restored from a backup): apply what the positions say is missing first
+    caught_up = runner.catch_up(svc.log, batch_size, lock=store_lock)
+    if caught_up:
+        log.warning("%s: applied %d records between its stored positions and the log's end", projection.id, caught_up)
     verbose = logging.getLogger().isEnabledFor(logging.INFO)  # memledger -v
     worker = faust.Worker(app, loglevel="INFO" if verbose else "WARNING", quiet=True)
     try:
         worker.execute_from_commandline()
     finally:
+        stop_lane.set()
         if server is not None:
             server.stop()
         svc.close()
+
+
+def _run_lane(poll: Callable[[], None], lock: threading.Lock, stop: threading.Event, interval_s: float) -> None:
+    """Call ``poll`` (an erasure lane's) every ``interval_s`` seconds, holding ``lock``,
+    until ``stop`` is set."""
+    while not stop.wait(interval_s):
+        with lock:
+            poll()
 
 
 def _locked(lock: threading.Lock, fn: Callable[..., None], *args: Any) -> None:

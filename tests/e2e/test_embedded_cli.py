@@ -93,11 +93,17 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(embedded_cli: Cli, args: 
     assert sum(lag["end_offsets"].values()) == 0  # nothing reached the log
 
 
-def test_demo_runs_to_the_end(embedded_cli: Cli, tmp_path: object) -> None:
-    proc = embedded_cli.run(
-        "demo", "--data-dir", str(embedded_cli.env["MEMLEDGER_DATA_DIR"]) + "-demo", "--embedder", "hashing"
-    )
+def test_demo_runs_to_the_end_and_never_wipes_a_directory_it_did_not_make(embedded_cli: Cli) -> None:
+    where = str(embedded_cli.env["MEMLEDGER_DATA_DIR"]) + "-demo"
+    proc = embedded_cli.run("demo", "--data-dir", where, "--embedder", "hashing")
     assert "demo finished: every check held" in proc.stdout
+    again = embedded_cli.run("demo", "--data-dir", where, "--embedder", "hashing")  # its own: wiped and rerun
+    assert "demo finished: every check held" in again.stdout
+    embedded_cli.json("write", "alice", "Alice likes tulips", "--purpose", PURPOSE)  # a real ledger
+    refused = embedded_cli.run("demo", "--data-dir", embedded_cli.env["MEMLEDGER_DATA_DIR"], check=False)
+    assert refused.returncode == 2 and "was not made by the demo" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert embedded_cli.json("recall", "alice", "tulips", "--purpose", PURPOSE)["items"]  # untouched
 
 
 def test_replay_to_a_new_version_rollback_and_retire(embedded_cli: Cli) -> None:

@@ -77,3 +77,19 @@ def test_a_third_claim_merges_the_open_conflict_into_one_among_all_three(cli: An
     assert not earlier["open"] and earlier["merged_into"] == merged["conflict_id"]
     cli("confirm", "alice", c)
     assert cli("conflicts", "alice", "--json") == []
+
+
+def test_supersede_takes_what_it_does_not_say_from_the_memory_it_replaces(cli: Any) -> None:
+    doc = cli(
+        "write", "alice", "Use British spelling in D1", "--purpose", "writing", "--scope", "document:D1",
+        "--key", "spelling", "--sensitivity", "personal", "--consent-ref", "consent-1", "--json",
+    )["memory_id"]  # fmt: skip
+    wide = cli("write", "alice", "Use American spelling", "--purpose", "writing", "--key", "spelling", "--json")
+    new = cli("supersede", doc, "alice", "Use Australian spelling in D1", "--json")
+    assert [e["type"] for e in new["events"]] == ["MemoryWritten", "MemorySuperseded"]  # only the one it names
+    [item] = cli("recall", "alice", "spelling", "--purpose", "writing", "--scope", "document:D1", "--json")["items"]
+    assert item["memory_id"] == new["memory_id"] and item["scope"] == {"type": "document", "id": "D1"}
+    assert item["key"] == "spelling" and item["sensitivity"] == "personal"
+    assert item["provenance"]["consent_ref"] == "consent-1"
+    subject_wide = cli("recall", "alice", "American spelling", "--purpose", "writing", "--json")["items"]
+    assert wide["memory_id"] in [i["memory_id"] for i in subject_wide]

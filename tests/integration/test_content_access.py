@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import timedelta
 
 import pytest
 from psycopg_pool import ConnectionPool
 
+from contracts import utc_now
 from ledger import state
 from ledger.crypto import Keyring
 from projections.base import ContentAccess
@@ -51,3 +53,18 @@ def test_a_destroyed_key_is_not_waited_for_and_a_missing_one_gives_up(
     assert f"memory {MID}: content skipped: data key {MID} was destroyed" in caplog.text  # says why
     never = other.model_copy(update={"key_id": "01a22800-0000-7000-8000-00000000dead"})
     assert content.open("01a22800-0000-7000-8000-00000000dead", never) is None
+
+
+def test_a_missing_key_of_an_old_event_is_not_waited_for(
+    pool: ConnectionPool, keyring: Keyring, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pool.connection() as conn:
+        Keyring.install(conn)
+        state.install(conn)
+        other = keyring.seal(conn, "alice", "01a22800-0000-7000-8000-000000000003", "x")
+    lost = other.model_copy(update={"key_id": "01a22800-0000-7000-8000-00000000beef"})
+    content = ContentAccess(pool, keyring, missing_key_wait_s=30.0)
+    an_hour_ago = utc_now() - timedelta(hours=1)  # a key store restored from a backup older than the event
+    with caplog.at_level(logging.INFO, logger="projections.base"):
+        assert content.open("01a22800-0000-7000-8000-00000000beef", lost, occurred_at=an_hour_ago) is None
+    assert "does not exist (the key store was restored" in caplog.text and "never appeared" not in caplog.text

@@ -351,6 +351,8 @@ def test_superseding_or_redacting_a_source_supersedes_the_summary(ledger: Ledger
     assert types(red) == ["MemoryRedacted", "SummaryDerived", "MemorySuperseded"]
     with ledger._pool.connection() as conn:
         assert ledger.keyring.open(conn, red.events[1].memory.content) == "Alice deploys on [day]."  # type: ignore[union-attr]
+        # the summary it replaces restated the redacted text: its copy in the log is unreadable
+        assert ledger.keyring.open(conn, new_summary.memory.content) is None
 
 
 def test_revoking_a_source_revokes_derived_memories_and_regenerates(ledger: Ledger) -> None:

@@ -96,6 +96,14 @@ def test_the_log_holds_key_scope_and_references_only_sealed(svc: Services) -> No
     )
     assert gone[:4] == ("revoked", None, None, None)
     assert MARK not in str(gone[4]) and gone[4]["writer"] == "importer"
+    # and so does the ledger's head table, once the memory's keys are gone
+    head = one(
+        svc,
+        "SELECT key, scope_id, turn_id, tool_call_id, source_ref, consent_ref, status FROM ledger_memories"
+        " WHERE memory_id = %s",
+        first.memory_id,
+    )
+    assert head == (None, None, None, None, None, None, "revoked")
 
 
 def test_erasure_leaves_no_personal_field_in_the_head_table_the_log_or_a_replay(svc: Services) -> None:
@@ -157,3 +165,23 @@ def _sealed_parts(event: Any) -> list[Any]:
         sealed = event.personal if isinstance(event, MemoryReinforced) else event.consent_ref
         return [sealed] if sealed is not None else []
     return []
+
+
+def test_a_restored_key_store_and_head_table_are_shredded_again(svc: Services) -> None:
+    from ledger.erasure import restore_tombstones
+
+    p = svc.principal()
+    gone = claim(svc, "Alice's locker code is 4711", f"locker-{MARK}", turn_id=f"turn-{MARK}")
+    key_row = one(svc, "SELECT wrapped_key FROM memory_keys WHERE key_id = %s", gone.memory_id)
+    svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone.memory_id,), reason="asked"))
+    with svc.pool.connection() as conn:  # a backup taken before the erasure is restored over both tables
+        conn.execute("UPDATE memory_keys SET wrapped_key = %s WHERE key_id = %s", (key_row, gone.memory_id))
+        conn.execute(
+            "UPDATE ledger_memories SET status = 'active', key = %s, scope_id = %s, turn_id = %s WHERE memory_id = %s",
+            (f"locker-{MARK}", DOC, f"turn-{MARK}", gone.memory_id),
+        )
+    with svc.pool.connection() as conn, conn.transaction():
+        restored, destroyed = restore_tombstones(conn, svc.keyring, {}, utc_now())  # the embedded mode: no topic
+    assert (restored, destroyed) == (0, 1)
+    head = one(svc, "SELECT status, key, scope_id, turn_id FROM ledger_memories WHERE memory_id = %s", gone.memory_id)
+    assert head == ("erased", None, None, None)

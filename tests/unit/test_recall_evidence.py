@@ -42,6 +42,15 @@ def test_one_per_key_keeps_the_best_ranked_active_memory() -> None:
     assert [i.memory_id for i in one_per_key(items)] == ["a", "c", "d", "e", "s"]
 
 
+def test_the_most_specific_scope_answers_a_key_at_its_own_rank() -> None:
+    wide = item("wide", 0.032, key="units")
+    other = item("other", 0.020)
+    workspace = item("ws", 0.016, key="units", scope={"type": "workspace", "id": "W9"})
+    out = one_per_key([wide, other, workspace, item("last", 0.010)])
+    assert [i.memory_id for i in out] == ["other", "ws", "last"]
+    assert [i.score for i in out] == sorted((i.score for i in out), reverse=True)  # the order is the scores'
+
+
 def test_a_summary_takes_the_best_place_of_its_group_and_its_sources_leave_the_top_level() -> None:
     items = [
         item("a", 0.9),
