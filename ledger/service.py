@@ -53,6 +53,7 @@ from ledger import admission, dead_letters, erasure, state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 from ledger.eventlog import EventLog, LogPosition
+from ledger.pgschema import vacuum
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
 from ledger.summariser import ExtractiveSummariser, Summariser
@@ -283,6 +284,7 @@ class Ledger:
             events: list[Event] = [event]
             events += self._regenerate(conn, heads, {h.memory_id for h in heads}, now, corr, event.event_id)
             positions = self._append(events)
+        self._vacuum_keys()
         return CommandResult(tuple(events), tuple(positions), affected=tuple(r.memory_id for r in affected))
 
     def sweep(self, principal: Principal, now: datetime | None = None) -> list[CommandResult]:
@@ -324,6 +326,8 @@ class Ledger:
                 positions = self._append(events)
             touched = tuple(r.memory_id for e in events if isinstance(e, RetentionExpired) for r in e.affected)
             results.append(CommandResult(tuple(events), tuple(positions), affected=touched))
+        if results:
+            self._vacuum_keys()
         return results
 
     def redact(self, principal: Principal, subject_id: str, cmd: RedactMemory) -> CommandResult:
@@ -376,6 +380,7 @@ class Ledger:
             # the old summaries restate the text that was redacted: their keys go with it
             self._destroy_keys(conn, [s.memory_id for s in summaries], now)
             positions = self._append(events)
+        self._vacuum_keys()
         return CommandResult(tuple(events), tuple(positions), memory_id=cmd.memory_id)
 
     def erase(self, principal: Principal, cmd: EraseMemories, correlation_id: str | None = None) -> CommandResult:
@@ -462,6 +467,7 @@ class Ledger:
                 "UPDATE erasure_requests SET log_partition = %s, log_offset = %s WHERE request_id = %s",
                 (positions[0].partition, positions[0].offset, request_id),
             )
+        self._vacuum_keys()
         return CommandResult(tuple(events), tuple(positions), request_id=request_id, affected=tuple(targets))
 
     # -- the rules of a slot ------------------------------------------------------------
@@ -633,6 +639,13 @@ class Ledger:
         return [
             RetentionExpired(**self._envelope(subject_id, now, new_id()), affected=affected, reason="consent_grace")
         ]
+
+    def _vacuum_keys(self) -> None:
+        """After a command that destroyed keys committed: rewrite the key store (``VACUUM
+        FULL``: the destroyed keys' old row versions leave its files) and vacuum the head
+        table (``ledger.pgschema.vacuum``)."""
+        vacuum(self._pool, ("memory_keys",), full=True)
+        vacuum(self._pool, ("ledger_memories",))
 
     def _destroy_keys(self, conn: psycopg.Connection, memory_ids: Sequence[str], now: datetime) -> None:
         if memory_ids:

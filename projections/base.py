@@ -24,11 +24,13 @@ from pydantic import ValidationError
 
 from contracts import (
     PERSONAL_CONTEXT,
+    ConsentRevoked,
     ErasureRequested,
     Event,
     MemoryRedacted,
     MemoryReinforced,
     MemoryWritten,
+    RetentionExpired,
     SummaryDerived,
     utc_now,
 )
@@ -36,7 +38,7 @@ from contracts.memory import PersonalFields, SealedText
 from ledger.crypto import Keyring
 from ledger.errors import CorruptContentError
 from ledger.eventlog import LogPosition
-from ledger.pgschema import ensure_schema
+from ledger.pgschema import ensure_schema, vacuum
 from projections.tombstone_registry import TombstoneSet
 
 log = logging.getLogger(__name__)
@@ -144,12 +146,22 @@ class PositionedProjection:
                 save_position(conn, self.id, position)
 
 
+SHREDDING_EVENTS = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRedacted)
+"""Events after which a projection's old row versions hold text that must go."""
+
+
 class TransactionalProjection(PositionedProjection):
-    """A projection whose store is Postgres: rows and position commit together."""
+    """A projection whose store is Postgres: rows and position commit together.
+    ``vacuum_tables`` are vacuumed after a batch that removed text (``SHREDDING_EVENTS``),
+    so the old row versions do not keep it in the table files."""
+
+    vacuum_tables: tuple[str, ...] = ()
 
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
         """Apply events in log order, rows and positions in one transaction."""
         apply_in_transaction(self._pool, self.id, items, self._apply_one)
+        if self.vacuum_tables and any(isinstance(e, SHREDDING_EVENTS) for e, _ in items):
+            vacuum(self._pool, self.vacuum_tables)
 
     def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
         raise NotImplementedError

@@ -173,6 +173,7 @@ class FactsProjection(base.TransactionalProjection):
         self.tables = FactsTables(version)
         self.table = self.tables.facts
         self.history = self.tables.history
+        self.vacuum_tables = (self.table, self.history)
         with pool.connection() as conn:
             ensure_schema(conn, self.tables.conflicts, schema_sql(version))
 

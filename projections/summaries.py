@@ -82,6 +82,7 @@ class SummariesProjection(base.TransactionalProjection):
         super().__init__(pool, version)
         self._content = content
         self.table = f"summaries_v{version}"
+        self.vacuum_tables = (self.table,)
         with pool.connection() as conn:
             ensure_schema(conn, schema_marker(version), schema_sql(version))
 

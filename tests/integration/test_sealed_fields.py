@@ -185,3 +185,24 @@ def test_a_restored_key_store_and_head_table_are_shredded_again(svc: Services) -
     assert (restored, destroyed) == (0, 1)
     head = one(svc, "SELECT status, key, scope_id, turn_id FROM ledger_memories WHERE memory_id = %s", gone.memory_id)
     assert head == ("erased", None, None, None)
+
+
+def test_an_erased_memorys_data_key_leaves_the_key_store_files(svc: Services) -> None:
+    from pathlib import Path
+
+    p = svc.principal()
+    gone = claim(svc, f"Alice's vault code is 90210-{MARK}", f"vault-{MARK}")
+    svc.catch_up()
+    wrapped = bytes(one(svc, "SELECT wrapped_key FROM memory_keys WHERE key_id = %s", gone.memory_id))
+
+    def on_disk(table: str) -> bytes:
+        with svc.pool.connection() as conn:
+            conn.execute("CHECKPOINT")  # the table files as the server wrote them
+            root = one(svc, "SHOW data_directory")
+            path = one(svc, "SELECT pg_relation_filepath(%s)", table)
+        return (Path(root) / path).read_bytes()
+
+    assert wrapped in on_disk("memory_keys")
+    svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone.memory_id,), reason="asked"))
+    svc.catch_up()
+    assert wrapped not in on_disk("memory_keys")  # not even as an old row version: the file was rewritten
