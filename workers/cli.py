@@ -384,6 +384,14 @@ _USER_ERRORS = (
 )
 
 
+def _describe(exc: BaseException) -> str:
+    """One line for a user error; a file error names the file and what went wrong
+    (``path: cannot be opened or written: No such file or directory``)."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: cannot be opened or written: {exc.strerror}"
+    return str(exc)
+
+
 def _run() -> int:
     """Run the app; returns the exit status, having printed known errors as one line."""
     try:
@@ -406,7 +414,7 @@ def _run() -> int:
     except _USER_ERRORS as exc:
         if interrupts.received() is not None:  # a store call cut short by the interruption
             return 1
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_describe(exc)}", file=sys.stderr)
         return 2
     return code if isinstance(code, int) else 0
 

@@ -81,6 +81,8 @@ def test_write_recall_erase_trace_replay(embedded_cli: Cli) -> None:
         (("revoke-consent", "alice"), "consent_ref"),
         (("erase", "alice"), "memory_ids"),
         (("trace", "er-unknown"), "request_id"),
+        (("rotate-master-key", "--new-key-file", "/nonexistent/new.key"), "/nonexistent/new.key: cannot be opened"),
+        (("supersede", "no-such-id", "alice", "x"), "memory_id"),
         (("--principal", "stranger", "write", "alice", "x", "--purpose", PURPOSE), "may not write"),
     ],
 )
