@@ -54,11 +54,12 @@ def demo(
     embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
 ) -> None:
     """Run the bundled scenario on the embedded default: write, supersede, recall, erase, trace, replay."""
-    from workers.demo import check_demo_dir, run_demo
+    from workers.demo import DEFAULT_DEMO_DIR, check_demo_dir, run_demo
 
-    where = data_dir or STATE.data_dir or Path(".memledger-demo")
+    where = data_dir or STATE.data_dir or DEFAULT_DEMO_DIR
     try:
-        check_demo_dir(where)
+        if where != DEFAULT_DEMO_DIR:  # the default directory is the demo's own by its name
+            check_demo_dir(where)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     if not run_demo(where, embedder):

@@ -47,6 +47,9 @@ def _recall(svc: Services, console: Console, query: str, **kw: object) -> list[s
     return [i.memory_id for i in result.items]
 
 
+DEFAULT_DEMO_DIR = Path(".memledger-demo")
+"""Where ``memledger demo`` runs unless told otherwise (wiped on every run)."""
+
 DEMO_MARKER = ".memledger-demo"
 """The file that marks a directory as the demo's own (the demo wipes only such a one)."""
 
@@ -66,14 +69,9 @@ def check_demo_dir(data_dir: Path) -> None:
 
 
 def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
-    """Run the scenario in a fresh ``data_dir`` (wiped first, if the demo made it);
-    returns True when every check held.
-
-    Raises:
-        ValueError: ``data_dir`` holds something else (``check_demo_dir``).
-    """
+    """Run the scenario in a fresh ``data_dir`` (wiped first: callers check it with
+    ``check_demo_dir``); returns True when every check held."""
     console = Console(highlight=False, soft_wrap=True)
-    check_demo_dir(data_dir)
     if data_dir.exists():
         shutil.rmtree(data_dir)
     data_dir.mkdir(parents=True)
