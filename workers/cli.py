@@ -118,6 +118,7 @@ def _memory_write(
     basis: str = "indefinite",
     consent_ref: str | None = None,
     turn_id: str | None = None,
+    tool_call_id: str | None = None,
     source_ref: str | None = None,
     derived_from: list[str] | None = None,
     confirmed: bool = False,
@@ -136,10 +137,11 @@ def _memory_write(
             "sensitivity": sensitivity,
             "retention": {"basis": basis, "expires_at": parse_time(expires_at, "expires_at")},
             "provenance": {
-                "writer": writer or cliutil.settings().principal,
+                "writer": cliutil.settings().principal if writer is None else writer,
                 "written_at": utc_now(),
                 "consent_ref": consent_ref,
                 "turn_id": turn_id,
+                "tool_call_id": tool_call_id,
                 "source_ref": source_ref,
                 "derived_from": tuple(derived_from or ()),
             },
@@ -168,6 +170,7 @@ def write(
     basis: Annotated[str, typer.Option(help="session | consent | contract | indefinite")] = "indefinite",
     consent_ref: str | None = None,
     turn_id: str | None = None,
+    tool_call_id: Annotated[str | None, typer.Option(help="the tool call the memory came from")] = None,
     source_ref: str | None = None,
     derived_from: Annotated[list[str] | None, typer.Option(help="memory id (repeat)")] = None,
     confirmed: bool = False,
@@ -263,7 +266,9 @@ def redact(subject: str, memory_id: str, replacement: str, as_json: JsonOpt = Fa
 
 @app.command()
 def erase(
-    subject: Annotated[str | None, typer.Argument(help="whose memories (or give --subject)")] = None,
+    subject: Annotated[
+        str | None, typer.Argument(help="whose memories (with --subject, the first memory id instead)")
+    ] = None,
     memory_ids: Annotated[list[str] | None, typer.Argument(help="memory ids to erase")] = None,
     subject_opt: Annotated[str | None, typer.Option("--subject", help="whose memories (instead of SUBJECT)")] = None,
     whole_subject: Annotated[bool, typer.Option("--all", help="erase every memory of SUBJECT")] = False,
@@ -277,14 +282,15 @@ def erase(
 ) -> None:
     """Erase memories of SUBJECT (and everything derived from them): by id, --all, or
     --source REF; prints the request id."""
+    ids = list(memory_ids or ())
     if subject is not None and subject_opt is not None and subject != subject_opt:
-        raise typer.BadParameter(f"subject: given twice, as {subject!r} and --subject {subject_opt!r}")
+        ids.insert(0, subject)  # with --subject, every argument is a memory id
     who = subject_opt if subject_opt is not None else subject
     if who is None:
         raise typer.BadParameter("subject: missing; give SUBJECT or --subject")
     cmd = EraseMemories(
         subject_id=who,
-        memory_ids=tuple(memory_ids or ()),
+        memory_ids=tuple(ids),
         whole_subject=whole_subject,
         source_ref=source,
         reason=reason,

@@ -83,6 +83,7 @@ def test_write_recall_erase_trace_replay(embedded_cli: Cli) -> None:
         (("trace", "er-unknown"), "request_id"),
         (("rotate-master-key", "--new-key-file", "/nonexistent/new.key"), "/nonexistent/new.key: cannot be opened"),
         (("supersede", "no-such-id", "alice", "x"), "memory_id"),
+        (("write", "alice", "x", "--purpose", PURPOSE, "--writer", ""), "provenance.writer"),
         (("--principal", "stranger", "write", "alice", "x", "--purpose", PURPOSE), "may not write"),
     ],
 )
@@ -293,3 +294,12 @@ def test_a_killed_command_does_not_keep_later_ones_from_stopping_postgres(embedd
         assert _embedded_servers(data_dir) == []
     finally:
         _stop_leftovers(data_dir)
+
+
+def test_erase_by_tool_call_and_by_id_under_the_subject_option(embedded_cli: Cli) -> None:
+    badge = embedded_cli.json(
+        "write", "alice", "Alice's badge is 77", "--purpose", PURPOSE, "--tool-call-id", "call-7"
+    )["memory_id"]
+    desk = embedded_cli.json("write", "alice", "Alice's desk is 4F", "--purpose", PURPOSE)["memory_id"]
+    assert embedded_cli.json("erase", "alice", "--source", "call-7")["affected"] == [badge]
+    assert embedded_cli.json("erase", "--subject", "alice", desk)["affected"] == [desk]
