@@ -14,10 +14,11 @@ from datetime import datetime
 
 import psycopg
 
-from contracts import EraseMemories
+from contracts import EraseMemories, ErasureRequested, decode_event
 from ledger import state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
+from ledger.eventlog import EventLog
 from ledger.pgschema import ensure_schema
 from ledger.tombstone_log import Tombstone
 
@@ -134,3 +135,61 @@ def restore_tombstones(
         (now, ids),
     )
     return restored, destroyed
+
+
+def restore_requests(conn: psycopg.Connection, log: EventLog) -> int:
+    """Re-record the erasure requests a restored Postgres lost, from their
+    ``ErasureRequested`` events in the log, for every request a tombstone names that has
+    no ``erasure_requests`` row (so ``trace`` and ``erasure-report`` know it again). The
+    source an erasure by source named is not in the event and stays unknown; content
+    fingerprints come from the memories' heads where those still have them. Reads the
+    whole log, partition by partition. Runs in the caller's transaction; idempotent.
+
+    Returns the number of requests recorded again.
+    """
+    missing = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT DISTINCT t.request_id FROM tombstones t"
+            " WHERE NOT EXISTS (SELECT 1 FROM erasure_requests r WHERE r.request_id = t.request_id)"
+        )
+    }
+    found = 0
+    ends = log.end_offsets()
+    for partition in range(log.partitions):
+        offset = 0
+        while missing and offset < ends.get(partition, 0):
+            batch = log.read(partition, offset)
+            if not batch:
+                break
+            offset = batch[-1].offset + 1
+            for record in batch:
+                if b'"ErasureRequested"' not in record.value:
+                    continue
+                event = decode_event(record.value)
+                if isinstance(event, ErasureRequested) and event.request_id in missing:
+                    ids = [r.memory_id for r in event.affected]
+                    conn.execute(
+                        """
+                        INSERT INTO erasure_requests (request_id, subject_id, request_kind, memory_ids, content_hmacs,
+                            requested_by, reason, legal_basis, requested_at, log_partition, log_offset)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (request_id) DO NOTHING
+                        """,
+                        (
+                            event.request_id,
+                            event.subject_id,
+                            event.request_kind,
+                            ids,
+                            state.content_hmacs(conn, ids),
+                            event.requested_by,
+                            event.reason,
+                            event.legal_basis,
+                            event.occurred_at,
+                            record.partition,
+                            record.offset,
+                        ),
+                    )
+                    missing.discard(event.request_id)
+                    found += 1
+    return found
+

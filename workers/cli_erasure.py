@@ -11,7 +11,7 @@ import typer
 
 from contracts import utc_now
 from ledger.crypto import parse_master_key
-from ledger.erasure import restore_tombstones
+from ledger.erasure import restore_requests, restore_tombstones
 from ledger.errors import KeyStoreError
 from ledger.service import new_id
 from projections.erasure_report import erasure_report
@@ -77,23 +77,25 @@ def reapply_tombstones_cmd(
         known = svc.tombstone_set.all() if svc.tombstone_set is not None else {}
         with svc.pool.connection() as conn, conn.transaction():  # keys and heads first, then the stores
             rows, keys = restore_tombstones(conn, svc.keyring, known, utc_now())
+            requests = restore_requests(conn, svc.log)
         if svc.tombstone_set is not None:
             from_topic = {"topic": svc.tombstone_set.topic, "tombstones": len(known), "rows_restored": rows}
             from_topic["keys_destroyed"] = keys
         targets = svc.purge_targets()
         result = reapply_tombstones(svc.pool, stores, targets, run_id="rt-" + new_id())
-    out = result.to_dict() | {"keys_destroyed_again": keys}
+    out = result.to_dict() | {"keys_destroyed_again": keys, "requests_recorded_again": requests}
     out |= {"restored_from_topic": from_topic} if from_topic is not None else {}
 
     def render() -> str:
+        again = f"{requests} erasure requests recorded again from the log\n" if requests else ""
         if from_topic is None:
-            again = f"{keys} data keys of tombstoned memories destroyed again\n" if keys else ""
-            return again + result.render()
+            destroyed = f"{keys} data keys of tombstoned memories destroyed again\n" if keys else ""
+            return destroyed + again + result.render()
         head = (
             f"tombstones table checked against {from_topic['topic']} ({from_topic['tombstones']} tombstones):"
             f" {from_topic['rows_restored']} rows restored, {from_topic['keys_destroyed']} data keys destroyed again"
         )
-        return head + "\n" + result.render()
+        return head + "\n" + again + result.render()
 
     emit(as_json, out, render)
 

@@ -206,3 +206,23 @@ def test_an_erased_memorys_data_key_leaves_the_key_store_files(svc: Services) ->
     svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone.memory_id,), reason="asked"))
     svc.catch_up()
     assert wrapped not in on_disk("memory_keys")  # not even as an old row version: the file was rewritten
+
+
+def test_erasure_requests_a_restore_lost_are_recorded_again_from_the_log(svc: Services) -> None:
+    from ledger.erasure import restore_requests
+    from projections.trace import trace
+
+    p = svc.principal()
+    gone = claim(svc, "Alice's locker code is 4711", f"locker-{MARK}")
+    r = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone.memory_id,), reason="asked"))
+    svc.catch_up()
+    before = trace(svc.pool, r.request_id or "", svc.trace_targets())
+    with svc.pool.connection() as conn:  # a backup older than the request was restored over the ledger's tables
+        conn.execute("DELETE FROM erasure_requests")
+    with svc.pool.connection() as conn, conn.transaction():
+        assert restore_requests(conn, svc.log) == 1
+        assert restore_requests(conn, svc.log) == 0  # idempotent
+    after = trace(svc.pool, r.request_id or "", svc.trace_targets())
+    assert after.verdict == before.verdict == "complete"
+    assert (after.requested_by, after.reason, after.memory_ids) == (before.requested_by, "asked", [gone.memory_id])
+    assert (after.log_partition, after.log_offset) == (before.log_partition, before.log_offset)
