@@ -62,10 +62,15 @@ class ProjectionRunner:
         self._sleep = sleep
 
     def handle(self, records: Sequence[LogRecord]) -> None:
-        """Apply ``records`` (in log order). Raises ``ProjectionStalledError`` if a store
-        stays down beyond the retry policy."""
+        """Apply ``records`` (in log order); records at or before the projection's stored
+        position are done already and skipped before they are even decoded (a malformed
+        one delivered again is not dead-lettered twice). Raises ``ProjectionStalledError``
+        if a store stays down beyond the retry policy."""
         pending: list[tuple[Event, LogPosition]] = []
+        done = self.projection.positions() if records else {}
         for record in records:
+            if record.offset <= done.get(record.partition, -1):
+                continue
             try:
                 event = decode_event(record.value)
             except UnknownEventError as exc:

@@ -182,6 +182,22 @@ def test_malformed_record_at_the_end_moves_the_position_past_it() -> None:
     assert projection.positions() == {0: 1}
 
 
+def test_a_malformed_record_delivered_again_is_not_dead_lettered_twice() -> None:
+    log = InMemoryEventLog(partitions=1)
+    log.append("user-1", _event_bytes("user-1", 0))
+    log.append("user-1", b"{}")
+    log.append("user-1", _event_bytes("user-1", 2))
+    projection = RecordingProjection()
+    dlq = InMemoryDeadLetterQueue()
+    runner, _ = _runner(projection, dlq)
+
+    runner.handle(read_all(log))
+    runner.handle(read_all(log))  # a consumer group's redelivery after a catch-up from the positions
+
+    assert [(d.partition, d.offset) for d in dlq.list()] == [(0, 1)]
+    assert projection.applied_ids() == ["e-0", "e-2"]
+
+
 def test_event_whose_subject_differs_from_the_record_key_is_dead_lettered() -> None:
     log = InMemoryEventLog(partitions=1)
     log.append("user-1", _event_bytes("user-1", 0))
