@@ -119,6 +119,8 @@ class Recall:
     ``route``: called once per recall, returns the stores of the versions serving now
     (:mod:`projections.versions`); without it ``index``, ``embedder`` and ``cache`` are
     used as given. ``facts`` and ``summaries_table`` name the tables or stable views read.
+    ``topic_tombstones`` (the distributed mode): which of some ids the compacted tombstone
+    topic names as erased; those are never recalled, whatever Postgres says.
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class Recall:
         rrf_k: int = 60,
         uncacheable: frozenset[str] = frozenset({"restricted"}),
         route: Callable[[], ServingStores] | None = None,
+        topic_tombstones: Callable[[Sequence[str]], set[str]] | None = None,
     ) -> None:
         self._pool = pool
         self._fixed = ServingStores(index, embedder, cache)
@@ -143,6 +146,7 @@ class Recall:
         self._candidates = candidates
         self._rrf_k = rrf_k
         self._uncacheable = uncacheable
+        self._topic_tombstones = topic_tombstones
 
     def recall(
         self,
@@ -269,6 +273,7 @@ class Recall:
         """Items for ``ids`` (in that order) that pass the rules at ``now``, each with its
         (score, matched_by) from ``ranked``; ids whose row fails are dropped (the vector
         index may be behind the facts table: facts are trusted)."""
+        ids = self._not_erased_by_topic(ids)
         if not ids:
             return []
         with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -285,6 +290,19 @@ class Recall:
             unconfirmed = [m for m, r in rows.items() if r["status"] == "needs_confirmation"]
             conflicts = open_conflicts_of(conn, self._facts, unconfirmed)
         return [item_from_row(rows[m], *ranked[m], conflicts.get(m, ())) for m in ids if m in rows]
+
+    def _not_erased_by_topic(self, ids: list[str]) -> list[str]:
+        """``ids`` without those the tombstone topic names (the SQL filters check the
+        ``tombstones`` table; the topic also covers a Postgres restored from a backup older
+        than an erasure). If the topic cannot be read now the table's check stands alone."""
+        if self._topic_tombstones is None or not ids:
+            return ids
+        try:
+            gone = self._topic_tombstones(ids)
+        except Exception as exc:  # the table is still checked: recall goes on
+            log.warning("recall: the tombstone topic cannot be read now (%s); the tombstones table is checked", exc)
+            return ids
+        return [m for m in ids if m not in gone]
 
     def _revalidate(self, hit: list[dict[str, Any]], params: dict[str, Any]) -> list[RecallItem]:
         """Cached items re-read from the stores under the same rules at ``now``:

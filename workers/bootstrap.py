@@ -506,6 +506,7 @@ def build(
             summaries_table=versions.STABLE_VIEWS["summaries"][0][0],
             uncacheable=ledger.policy.uncacheable(),
             route=stores.route,
+            topic_tombstones=None if tombstone_set is None else tombstone_set.erased_among,
         )
         return Services(
             settings,

@@ -222,3 +222,24 @@ def test_a_tombstoned_memory_is_never_stored_again_even_with_its_key_readable(sv
         assert conn.execute("SELECT status FROM ledger_memories WHERE memory_id = %s", (gone,)).fetchone() == (
             "erased",
         )
+
+
+def test_recall_consults_the_topic_when_the_tombstones_table_lost_the_erasure(svc: Services) -> None:
+    p = svc.principal()
+    gone = svc.ledger.write(p, memory_write(content="Alice's pager code is 8080")).memory_id
+    assert gone
+    svc.catch_up()
+    with svc.pool.connection() as conn:  # a backup of the fact row, taken before the erasure
+        conn.execute("CREATE TABLE facts_backup AS SELECT * FROM facts_v1 WHERE memory_id = %s", (gone,))
+    svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone,), reason="asked"))
+    svc.catch_up()
+    with svc.pool.connection() as conn:  # restored over the erasure: the row is back, the tombstone row gone
+        row = conn.execute(
+            "SELECT string_agg(column_name, ', ') FROM information_schema.columns"
+            " WHERE table_name = 'facts_v1' AND is_generated = 'NEVER'"
+        ).fetchone()
+        assert row is not None
+        conn.execute(f"INSERT INTO facts_v1 ({row[0]}) SELECT {row[0]} FROM facts_backup")
+        conn.execute("DELETE FROM tombstones")
+    result = svc.recall.recall(p, "alice", "technical_writing", "pager code 8080", utc_now())
+    assert gone not in [i.memory_id for i in result.items]  # the topic still names it
