@@ -18,7 +18,7 @@ from contracts import EraseMemories, ErasureRequested, decode_event
 from ledger import state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
-from ledger.eventlog import EventLog
+from ledger.eventlog import EventLog, iter_records
 from ledger.pgschema import ensure_schema
 from ledger.tombstone_log import Tombstone
 
@@ -155,41 +155,36 @@ def restore_requests(conn: psycopg.Connection, log: EventLog) -> int:
         )
     }
     found = 0
-    ends = log.end_offsets()
-    for partition in range(log.partitions):
-        offset = 0
-        while missing and offset < ends.get(partition, 0):
-            batch = log.read(partition, offset)
-            if not batch:
-                break
-            offset = batch[-1].offset + 1
-            for record in batch:
-                if b'"ErasureRequested"' not in record.value:
-                    continue
-                event = decode_event(record.value)
-                if isinstance(event, ErasureRequested) and event.request_id in missing:
-                    ids = [r.memory_id for r in event.affected]
-                    conn.execute(
-                        """
-                        INSERT INTO erasure_requests (request_id, subject_id, request_kind, memory_ids, content_hmacs,
-                            requested_by, reason, legal_basis, requested_at, log_partition, log_offset)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (request_id) DO NOTHING
-                        """,
-                        (
-                            event.request_id,
-                            event.subject_id,
-                            event.request_kind,
-                            ids,
-                            state.content_hmacs(conn, ids),
-                            event.requested_by,
-                            event.reason,
-                            event.legal_basis,
-                            event.occurred_at,
-                            record.partition,
-                            record.offset,
-                        ),
-                    )
-                    missing.discard(event.request_id)
-                    found += 1
+    for record in iter_records(log) if missing else ():
+        if b'"ErasureRequested"' not in record.value:
+            continue
+        event = decode_event(record.value)
+        if not (isinstance(event, ErasureRequested) and event.request_id in missing):
+            continue
+        ids = [r.memory_id for r in event.affected]
+        conn.execute(
+            """
+            INSERT INTO erasure_requests (request_id, subject_id, request_kind, memory_ids, content_hmacs,
+                requested_by, reason, legal_basis, requested_at, log_partition, log_offset)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (request_id) DO NOTHING
+            """,
+            (
+                event.request_id,
+                event.subject_id,
+                event.request_kind,
+                ids,
+                state.content_hmacs(conn, ids),
+                event.requested_by,
+                event.reason,
+                event.legal_basis,
+                event.occurred_at,
+                record.partition,
+                record.offset,
+            ),
+        )
+        missing.discard(event.request_id)
+        found += 1
+        if not missing:
+            break
     return found
 

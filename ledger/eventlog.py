@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -120,9 +120,9 @@ class InMemoryEventLog:
         return None
 
 
-def read_all(log: EventLog, partitions: Sequence[int] | None = None) -> list[LogRecord]:
-    """Every record of the given partitions (all by default), partition by partition."""
-    out: list[LogRecord] = []
+def iter_records(log: EventLog, partitions: Sequence[int] | None = None) -> Iterator[LogRecord]:
+    """Every record of the given partitions (all by default) up to their current ends,
+    partition by partition, read a batch at a time."""
     ends = log.end_offsets()
     for partition in partitions if partitions is not None else range(log.partitions):
         offset = 0
@@ -130,9 +130,13 @@ def read_all(log: EventLog, partitions: Sequence[int] | None = None) -> list[Log
             batch = log.read(partition, offset)
             if not batch:
                 break
-            out.extend(batch)
+            yield from batch
             offset = batch[-1].offset + 1
-    return out
+
+
+def read_all(log: EventLog, partitions: Sequence[int] | None = None) -> list[LogRecord]:
+    """Every record of the given partitions (all by default), partition by partition."""
+    return list(iter_records(log, partitions))
 
 
 @dataclass(frozen=True)

@@ -385,23 +385,17 @@ def redacted_state(conn: psycopg.Connection, memory_id: str) -> RedactedState:
     )
 
 
+_PERSONAL_COLUMNS = tuple(PersonalFields.model_fields)
+"""The head columns holding a memory's personal fields (named as ``PersonalFields``'s)."""
+
+
 def personal_fields(conn: psycopg.Connection, memory_id: str) -> PersonalFields:
     """The memory's personal fields as its head holds them (``contracts.PersonalFields``)."""
     row = conn.execute(
-        "SELECT key, scope_id, turn_id, tool_call_id, consent_ref, source_ref FROM ledger_memories"
-        " WHERE memory_id = %s",
-        (memory_id,),
+        f"SELECT {', '.join(_PERSONAL_COLUMNS)} FROM ledger_memories WHERE memory_id = %s", (memory_id,)
     ).fetchone()
     assert row is not None
-    key, scope_id, turn_id, tool_call_id, consent_ref, source_ref = row
-    return PersonalFields(
-        key=key,
-        scope_id=scope_id,
-        turn_id=turn_id,
-        tool_call_id=tool_call_id,
-        consent_ref=consent_ref,
-        source_ref=source_ref,
-    )
+    return PersonalFields.model_validate(dict(zip(_PERSONAL_COLUMNS, row, strict=True)))
 
 
 def forget_personal(conn: psycopg.Connection, memory_ids: Sequence[str]) -> None:
@@ -409,12 +403,8 @@ def forget_personal(conn: psycopg.Connection, memory_ids: Sequence[str]) -> None
     provenance references, statement fingerprint and sealed copy (the content fingerprint
     stays: trace probes search the stores with it). What stays is content-free: ids,
     subject, revision, status, kind, purpose, scope type, class, times and lineage."""
-    conn.execute(
-        "UPDATE ledger_memories SET key = NULL, scope_id = NULL, consent_ref = NULL, turn_id = NULL,"
-        " tool_call_id = NULL, source_ref = NULL, statement_hmac = NULL, sealed_content = NULL"
-        " WHERE memory_id = ANY(%s)",
-        (list(memory_ids),),
-    )
+    cleared = ", ".join(f"{c} = NULL" for c in (*_PERSONAL_COLUMNS, "statement_hmac", "sealed_content"))
+    conn.execute(f"UPDATE ledger_memories SET {cleared} WHERE memory_id = ANY(%s)", (list(memory_ids),))
 
 
 def content_hmacs(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:

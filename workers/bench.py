@@ -126,6 +126,17 @@ def _command(n: int) -> MemoryWrite:
     )
 
 
+def paced(total: int, rate: float, start: float) -> Iterator[int]:
+    """0, 1, ... ``total - 1``, each yielded no earlier than ``start + n / rate`` (seconds
+    of ``time.perf_counter``): a steady ``rate`` per second, never a burst to catch up
+    with faster than the schedule."""
+    for n in range(total):
+        delay = start + n / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        yield n
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
     ordered = sorted(values)
@@ -268,10 +279,7 @@ def bench_lag(env: dict[str, str], rate: float, seconds: float, progress: Progre
             acked[(p.partition, p.offset)] = time.perf_counter()
 
         with ThreadPoolExecutor(max_workers=8) as pool:
-            for n in range(total):
-                delay = start + n / rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
+            for n in paced(total, rate, start):
                 pool.submit(one, n)
                 if n % 100 == 0:
                     progress("lag: writing", n, total)
@@ -432,10 +440,7 @@ def bench_erasure(
         start = time.perf_counter()
         next_erasure = 0
         with ThreadPoolExecutor(max_workers=8) as pool:
-            for n in range(total):
-                delay = start + n / rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
+            for n in paced(total, rate, start):
                 pool.submit(one, n)
                 if next_erasure < planned and time.perf_counter() - start >= next_erasure * erase_every_s:
                     pool.submit(erase, next_erasure)

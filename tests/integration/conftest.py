@@ -3,6 +3,7 @@ event log in PostgreSQL, Redis, a local Qdrant engine) with the fast hashing emb
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ def local_settings(data_dir: Path, postgres_dsn: str, redis_url: str, **override
         **overrides,
     }
     return Settings(**fields)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released), for an unreachable store."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 from datetime import timedelta
 from html.parser import HTMLParser
@@ -26,7 +25,7 @@ from projections.trace import trace
 from projections.trace_html import render_html
 from projections.vector_index import VectorIndexUnreachableError
 from tests.builders import memory_write
-from tests.integration.conftest import one, recall_ids
+from tests.integration.conftest import closed_port, local_settings, one, recall_ids
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
@@ -353,17 +352,9 @@ def test_erasure_while_redis_is_down_is_pending_then_complete_once_it_returns(
     tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any
 ) -> None:
     def settings(redis: str) -> Settings:
-        return Settings(
-            data_dir=tmp_path / "data",
-            postgres_dsn=fresh_dsn,
-            redis_url=redis,
-            vector_engine="client",
-            embedder="hashing",
-        )
+        return local_settings(tmp_path / "data", fresh_dsn, redis)
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        closed = f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+    closed = f"redis://127.0.0.1:{closed_port()}/0"
 
     up = build(settings(redis_url))
     try:
@@ -411,18 +402,9 @@ def test_erasure_while_qdrant_is_down_is_pending_then_complete_once_it_returns(
     is back catch-up applies it."""
 
     def settings(**vectors: Any) -> Settings:
-        return Settings(
-            data_dir=tmp_path / "data",
-            postgres_dsn=fresh_dsn,
-            redis_url=redis_url,
-            vector_engine="client",
-            embedder="hashing",
-            **vectors,
-        )
+        return local_settings(tmp_path / "data", fresh_dsn, redis_url, **vectors)
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    closed = f"http://127.0.0.1:{closed_port()}"
 
     up = build(settings())
     try:

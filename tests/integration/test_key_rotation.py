@@ -17,6 +17,7 @@ from contracts import EraseMemories, RedactMemory, utc_now
 from ledger.crypto import Keyring, new_master_key, parse_master_key
 from ledger.errors import KeyStoreError
 from tests.builders import PURPOSE, memory_write
+from tests.integration.conftest import local_settings
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
@@ -24,14 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def settings(tmp_path: Path, dsn: str, redis_url: str, key: str) -> Settings:
-    return Settings(
-        data_dir=tmp_path / "data",
-        postgres_dsn=dsn,
-        redis_url=redis_url,
-        vector_engine="client",
-        embedder="hashing",
-        master_key=key,
-    )
+    return local_settings(tmp_path / "data", dsn, redis_url, master_key=key)
 
 
 def key_rows(svc: Services) -> dict[str, tuple[Any, Any]]:
