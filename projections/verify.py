@@ -47,6 +47,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import psycopg
@@ -572,39 +573,20 @@ def compare_points(
         point = a if a is not None else b
         assert point is not None
         subject = str(point.payload.get("subject_id"))
+        differ = partial(Difference, collection, subject, memory_id, memory_id)  # + column, live, fold
         if a is None or b is None:
-            out.append(
-                Difference(
-                    collection,
-                    subject,
-                    memory_id,
-                    memory_id,
-                    "(row)",
-                    "present" if a else None,
-                    "present" if b else None,
-                )
-            )
+            out.append(differ("(row)", "present" if a else None, "present" if b else None))
             continue
         if subject in differing:
-            for column in sorted(set(a.payload) | set(b.payload)):
-                if a.payload.get(column) != b.payload.get(column):
-                    out.append(
-                        Difference(
-                            collection,
-                            subject,
-                            memory_id,
-                            memory_id,
-                            column,
-                            render_value(column, a.payload.get(column)),
-                            render_value(column, b.payload.get(column)),
-                        )
-                    )
+            out += [
+                differ(column, render_value(column, a.payload.get(column)), render_value(column, b.payload.get(column)))
+                for column in sorted(set(a.payload) | set(b.payload))
+                if a.payload.get(column) != b.payload.get(column)
+            ]
         similarity = cosine(a.vector, b.vector)
         if similarity < VECTOR_COSINE_MIN:
             differing.add(subject)
-            out.append(
-                Difference(collection, subject, memory_id, memory_id, "vector", f"cosine {similarity:.6f}", "reference")
-            )
+            out.append(differ("vector", f"cosine {similarity:.6f}", "reference"))
     return differing, out
 
 
