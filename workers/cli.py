@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -264,13 +265,34 @@ def redact(subject: str, memory_id: str, replacement: str, as_json: JsonOpt = Fa
     emit(as_json, _result(r), lambda: f"memory {memory_id} redacted at {_where(r)}")
 
 
+def erase_target(arguments: Sequence[str], subject_opt: str | None) -> tuple[str, tuple[str, ...]]:
+    """Whose memories ``erase`` names, and which memory ids: with ``--subject`` every
+    positional argument is a memory id (even one spelled like the subject); without it
+    the first one is the subject and the rest are memory ids.
+
+    Raises:
+        typer.BadParameter: no subject at all (no ``--subject`` and no argument).
+    """
+    if subject_opt is not None:
+        return subject_opt, tuple(arguments)
+    if not arguments:
+        raise typer.BadParameter("subject: missing; give SUBJECT or --subject")
+    return arguments[0], tuple(arguments[1:])
+
+
 @app.command()
 def erase(
-    subject: Annotated[
-        str | None, typer.Argument(help="whose memories (with --subject, the first memory id instead)")
+    arguments: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="SUBJECT MEMORY_ID",
+            help="SUBJECT, then the memory ids to erase; with --subject, every argument is a memory id",
+            show_default=False,
+        ),
     ] = None,
-    memory_ids: Annotated[list[str] | None, typer.Argument(help="memory ids to erase")] = None,
-    subject_opt: Annotated[str | None, typer.Option("--subject", help="whose memories (instead of SUBJECT)")] = None,
+    subject_opt: Annotated[
+        str | None, typer.Option("--subject", help="whose memories (then every argument is a memory id)")
+    ] = None,
     whole_subject: Annotated[bool, typer.Option("--all", help="erase every memory of SUBJECT")] = False,
     source: Annotated[
         str | None,
@@ -282,15 +304,10 @@ def erase(
 ) -> None:
     """Erase memories of SUBJECT (and everything derived from them): by id, --all, or
     --source REF; prints the request id."""
-    ids = list(memory_ids or ())
-    if subject is not None and subject_opt is not None and subject != subject_opt:
-        ids.insert(0, subject)  # with --subject, every argument is a memory id
-    who = subject_opt if subject_opt is not None else subject
-    if who is None:
-        raise typer.BadParameter("subject: missing; give SUBJECT or --subject")
+    who, ids = erase_target(arguments or (), subject_opt)
     cmd = EraseMemories(
         subject_id=who,
-        memory_ids=tuple(ids),
+        memory_ids=ids,
         whole_subject=whole_subject,
         source_ref=source,
         reason=reason,

@@ -1,0 +1,97 @@
+"""Edges of the ``memledger`` command line, run as a user runs it (``workers.cli._run``:
+exit status and one line on stderr) in the embedded mode on the test Postgres and Redis:
+erase's positional arguments, a consent withdrawal that matches nothing, the counts in
+trace and erasure-report, and the provenance recall prints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from workers import cli
+
+pytestmark = pytest.mark.integration
+
+PURPOSE = "technical_writing"
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(
+    tmp_path: Path,
+    fresh_dsn: str,
+    redis_url: str,
+    redis_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Run:
+    """``run(*args)``: ``memledger ARGS`` through the console entry's error handling;
+    returns (exit status, stdout, stderr)."""
+    monkeypatch.setenv("MEMLEDGER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MEMLEDGER_POSTGRES_DSN", fresh_dsn)
+    monkeypatch.setenv("MEMLEDGER_REDIS_URL", redis_url)
+    monkeypatch.setenv("MEMLEDGER_EMBEDDER", "hashing")
+    monkeypatch.setenv("MEMLEDGER_VECTOR_ENGINE", "client")
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        monkeypatch.setattr(sys, "argv", ["memledger", *args])
+        code = cli._run()
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+def ok(run: Run, *args: str) -> Any:
+    """The output of a command that must succeed (parsed when ``--json`` is given)."""
+    code, out, err = run(*args)
+    assert code == 0, err
+    return json.loads(out) if "--json" in args else out
+
+
+def refused(run: Run, *args: str) -> str:
+    """The stderr of a command that must be refused as a user error: status 2, one
+    ``error:`` line, no stack trace."""
+    code, out, err = run(*args)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and err.startswith("error: "), err
+    return err
+
+
+def write(run: Run, subject: str, text: str, *options: str) -> str:
+    return str(ok(run, "write", subject, text, "--purpose", PURPOSE, *options, "--json")["memory_id"])
+
+
+def count(dsn: str, sql: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# -- erase ------------------------------------------------------------------------------
+
+
+def test_with_subject_every_argument_is_a_memory_id_even_the_subjects_name(run: Run, fresh_dsn: str) -> None:
+    kept = write(run, "alice", "Alice's desk is 4F")
+    err = refused(run, "erase", "--subject", "alice", "alice")
+    assert "memory_ids: no memory 'alice' of this subject" in err
+    err = refused(run, "erase", "--subject", "alice", "alice", kept)  # not "erase kept, drop alice"
+    assert "no memory 'alice'" in err
+    assert count(fresh_dsn, "SELECT count(*) FROM erasure_requests") == 0
+    assert ok(run, "erase", "--subject", "alice", kept, "--json")["affected"] == [kept]
+
+
+def test_without_subject_option_the_first_argument_is_the_subject(run: Run) -> None:
+    a = write(run, "alice", "Alice's badge is 77")
+    b = write(run, "alice", "Alice's locker is 12")
+    assert ok(run, "erase", "alice", a, b, "--json")["affected"] == [a, b]
+    assert "subject: missing" in run("erase")[2]
