@@ -111,11 +111,18 @@ class EraseMemories(Frozen):
 class RevokeConsent(Frozen):
     """Withdraw consent: every active memory of ``subject_id`` whose
     ``provenance.consent_ref`` equals ``consent_ref`` or whose purpose equals
-    ``purpose`` becomes unusable."""
+    ``purpose`` becomes unusable.
+
+    The withdrawal is recorded for good (nothing is written under it again), so a
+    ``consent_ref`` or ``purpose`` that matches no memory of the subject is refused as a
+    likely typo unless ``allow_unmatched`` is set: consent withdrawn before anything was
+    written under it.
+    """
 
     subject_id: NonEmptyStr
     consent_ref: NonEmptyStr | None = None
     purpose: NonEmptyStr | None = None
+    allow_unmatched: bool = False
 
     @model_validator(mode="after")
     def _target(self) -> RevokeConsent:

@@ -1,6 +1,7 @@
 """Admission rules of a write that depend on the ledger's state (the stateless ones are
 in ``contracts`` and ``ledger.policy``): withdrawn consent, and what a derived memory
-(an inference or a summary) may be made from.
+(an inference or a summary) may be made from; and what a withdrawal of consent must
+name.
 
 A derived memory restates its sources, so it may not widen their use (purpose
 limitation and storage limitation, GDPR art. 5(1)(b) and (e)): it keeps their purpose,
@@ -14,7 +15,7 @@ from datetime import datetime
 
 import psycopg
 
-from contracts import MemoryWrite
+from contracts import MemoryWrite, RevokeConsent
 from ledger import state
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 
@@ -68,6 +69,37 @@ def purpose_ref(purpose: str) -> str:
     it contains a control character, which no consent reference may (``NonEmptyStr``), so
     the two never collide."""
     return f"\x1fpurpose\x1f{purpose}"
+
+
+def admit_revocation(conn: psycopg.Connection, cmd: RevokeConsent) -> None:
+    """Check that each of ``cmd.consent_ref`` and ``cmd.purpose`` that is given names
+    something of the subject: a memory written under it (of any status, derived ones
+    included; a memory whose keys were destroyed no longer knows its consent reference,
+    only its purpose) or a consent already withdrawn. A withdrawal is permanent, so a typo would block future writes;
+    ``cmd.allow_unmatched`` skips the check.
+
+    Raises:
+        InvalidCommandError: ``consent_ref`` or ``purpose`` matches nothing.
+    """
+    if cmd.allow_unmatched:
+        return
+    given: list[tuple[str, str, str]] = []  # (column and field, value, name among withdrawn consents)
+    if cmd.consent_ref is not None:
+        given.append(("consent_ref", cmd.consent_ref, cmd.consent_ref))
+    if cmd.purpose is not None:
+        given.append(("purpose", cmd.purpose, purpose_ref(cmd.purpose)))
+    for field, value, withdrawn_as in given:
+        row = conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM ledger_memories WHERE subject_id = %s AND {field} = %s)"
+            " OR EXISTS (SELECT 1 FROM consent_revocations WHERE subject_id = %s AND consent_ref = %s)",
+            (cmd.subject_id, value, cmd.subject_id, withdrawn_as),
+        ).fetchone()
+        if not (row and row[0]):
+            raise InvalidCommandError(
+                field,
+                f"{value!r} matches no memory of subject {cmd.subject_id!r}; pass --allow-unmatched"
+                " (RevokeConsent.allow_unmatched) to withdraw consent before anything was written under it",
+            )
 
 
 def _consent(conn: psycopg.Connection, cmd: MemoryWrite) -> None:

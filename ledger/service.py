@@ -246,12 +246,21 @@ class Ledger:
         every memory derived from one, becomes ``revoked``. Their data keys are destroyed
         at once unless their class's ``consent_grace_days`` keeps them longer (then
         ``sweep`` destroys them when the grace ends). Summaries that lost a source are
-        regenerated from the sources that remain. A revocation that covers nothing is
-        still recorded."""
+        regenerated from the sources that remain. A ``consent_ref`` or ``purpose`` that
+        matches no memory of the subject (nor a consent already withdrawn) is refused
+        unless ``cmd.allow_unmatched``; then the withdrawal is recorded though it covers
+        nothing yet.
+
+        Raises:
+            NotAuthorisedError: no ``write`` grant for the subject.
+            InvalidCommandError: ``consent_ref`` or ``purpose`` matches nothing (see
+                ``admission.admit_revocation``); nothing is written.
+        """
         principal.require("write", cmd.subject_id)
         now = self._clock()
         corr = new_id()
         with self._pool.connection() as conn, conn.transaction():
+            admission.admit_revocation(conn, cmd)
             covered = state.heads_where(
                 conn,
                 cmd.subject_id,

@@ -246,10 +246,19 @@ def revoke_consent(
     subject: str,
     consent_ref: Annotated[str | None, typer.Option(help="revoke every memory given under this consent")] = None,
     purpose: Annotated[str | None, typer.Option(help="revoke every memory for this purpose")] = None,
+    allow_unmatched: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unmatched",
+            help="record the withdrawal even if no memory of SUBJECT was written under it yet",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Withdraw SUBJECT's consent, by consent reference or purpose."""
-    cmd = RevokeConsent(subject_id=subject, consent_ref=consent_ref, purpose=purpose)
+    """Withdraw SUBJECT's consent, by consent reference or purpose. The withdrawal is
+    permanent (nothing is written under it again), so a reference or purpose that matches
+    no memory of SUBJECT is refused unless --allow-unmatched is given."""
+    cmd = RevokeConsent(subject_id=subject, consent_ref=consent_ref, purpose=purpose, allow_unmatched=allow_unmatched)
     with services() as svc:
         r = svc.ledger.revoke_consent(svc.principal(), cmd)
         project_if_embedded(svc)

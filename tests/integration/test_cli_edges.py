@@ -95,3 +95,28 @@ def test_without_subject_option_the_first_argument_is_the_subject(run: Run) -> N
     b = write(run, "alice", "Alice's locker is 12")
     assert ok(run, "erase", "alice", a, b, "--json")["affected"] == [a, b]
     assert "subject: missing" in run("erase")[2]
+
+
+# -- revoke-consent -----------------------------------------------------------------------
+
+
+def test_a_withdrawal_matching_no_memory_is_refused_unless_allowed(run: Run, fresh_dsn: str) -> None:
+    mid = write(run, "alice", "Alice prefers short answers", "--consent-ref", "c-1")
+    events = count(fresh_dsn, "SELECT count(*) FROM memory_events")
+    err = refused(run, "revoke-consent", "alice", "--purpose", "technical_writting")
+    assert err.strip() == (
+        "error: purpose: 'technical_writting' matches no memory of subject 'alice'; pass --allow-unmatched"
+        " (RevokeConsent.allow_unmatched) to withdraw consent before anything was written under it"
+    )
+    err = refused(run, "revoke-consent", "alice", "--consent-ref", "c-l")
+    assert err.startswith("error: consent_ref: 'c-l' matches no memory of subject 'alice'")
+    assert count(fresh_dsn, "SELECT count(*) FROM memory_events") == events
+    assert count(fresh_dsn, "SELECT count(*) FROM consent_revocations") == 0
+    write(run, "alice", "Alice writes in British English")  # the purpose is not blocked
+
+    recorded = ok(run, "revoke-consent", "alice", "--purpose", "marketing", "--allow-unmatched", "--json")
+    assert recorded["affected"] == [] and [e["type"] for e in recorded["events"]] == ["ConsentRevoked"]
+    assert "withdrew consent for 'marketing'" in refused(
+        run, "write", "alice", "Alice likes promos", "--purpose", "marketing"
+    )
+    assert ok(run, "revoke-consent", "alice", "--consent-ref", "c-1", "--json")["affected"] == [mid]

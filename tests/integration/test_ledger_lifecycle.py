@@ -470,6 +470,61 @@ def test_a_purpose_revocation_needs_fresh_consent_for_new_memories(ledger: Ledge
     assert ledger.write(ALICE, memory_write(content="Alice opted in again", purpose="marketing", provenance=prov))
 
 
+def withdrawn(ledger: Ledger) -> list[str]:
+    """The consent references recorded as withdrawn (a purpose under its internal name)."""
+    with ledger._pool.connection() as conn:
+        return sorted(r[0] for r in conn.execute("SELECT consent_ref FROM consent_revocations").fetchall())
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"consent_ref": "c-l"}, "consent_ref"),  # a typo of c-1
+        ({"purpose": "technical_writting"}, "purpose"),
+        ({"consent_ref": "c-1", "purpose": "marketing"}, "purpose"),  # each option given must match
+        ({"consent_ref": "c-for-bob"}, "consent_ref"),  # another subject's consent
+    ],
+)
+def test_a_revocation_that_matches_no_memory_is_refused_and_writes_nothing(
+    ledger: Ledger, fields: dict[str, str], field: str
+) -> None:
+    mine = ledger.write(ALICE, memory_write(provenance={"writer": "w", "written_at": utc_now(), "consent_ref": "c-1"}))
+    bob = {"writer": "w", "written_at": utc_now(), "consent_ref": "c-for-bob"}
+    ledger.write(ALICE, memory_write(subject="bob", provenance=bob))
+    before = ledger._log.end_offsets()
+    with pytest.raises(
+        InvalidCommandError, match=r"matches no memory of subject 'alice'; pass --allow-unmatched"
+    ) as info:
+        ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", **fields))
+    assert info.value.field == field
+    assert ledger._log.end_offsets() == before and withdrawn(ledger) == []
+    assert head(ledger, mine.memory_id)[0::3] == ("active", False)
+
+
+def test_allow_unmatched_withdraws_consent_before_anything_was_written_under_it(ledger: Ledger) -> None:
+    r = ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", purpose="marketing", allow_unmatched=True))
+    assert types(r) == ["ConsentRevoked"] and r.affected == ()
+    with pytest.raises(InvalidCommandError, match="withdrew consent for 'marketing'"):
+        ledger.write(ALICE, memory_write(content="Alice likes promos", purpose="marketing"))
+    again = ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", purpose="marketing"))
+    assert again.affected == ()  # already withdrawn: no flag needed to say it again
+    ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", consent_ref="opt-in-1", allow_unmatched=True))
+    assert withdrawn(ledger) == sorted(["\x1fpurpose\x1fmarketing", "opt-in-1"])
+
+
+def test_a_revocation_matches_superseded_and_already_revoked_memories(ledger: Ledger) -> None:
+    def under(consent_ref: str) -> dict[str, Any]:
+        return {"writer": "w", "written_at": utc_now(), "consent_ref": consent_ref}
+
+    old = ledger.write(ALICE, memory_write(key="city", content="Alice is in Rome", provenance=under("c-old")))
+    ledger.write(ALICE, memory_write(key="city", content="Alice is in Oslo", provenance=under("c-new")))
+    assert head(ledger, old.memory_id)[0] == "superseded"
+    r = ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", consent_ref="c-old"))
+    assert r.affected == (old.memory_id,)
+    # its keys are destroyed and its head forgot the reference; the withdrawal itself still matches
+    assert ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", consent_ref="c-old")).affected == ()
+
+
 def test_a_restatement_with_a_shorter_life_is_a_new_memory(ledger: Ledger) -> None:
     old = ledger.write(ALICE, memory_write(content="Alice is in room 5", key="room"))
     new = ledger.write(

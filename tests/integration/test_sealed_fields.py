@@ -109,7 +109,9 @@ def test_the_log_holds_key_scope_and_references_only_sealed(svc: Services) -> No
 def test_erasure_leaves_no_personal_field_in_the_head_table_the_log_or_a_replay(svc: Services) -> None:
     p = svc.principal()
     kept = claim(svc, "Alice reads maps", f"hobby-{MARK}", turn_id=f"turn-{MARK}")
-    svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", consent_ref=f"consent-{MARK}"))
+    # a consent withdrawn before anything was written under it: sealed under the subject key
+    withdrawal = RevokeConsent(subject_id="alice", consent_ref=f"consent-{MARK}", allow_unmatched=True)
+    svc.ledger.revoke_consent(p, withdrawal)
     svc.catch_up()
     assert one(svc, "SELECT key FROM facts_v1 WHERE memory_id = %s", kept.memory_id) == f"hobby-{MARK}"
 
