@@ -13,6 +13,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from projections.trace import TraceTargets, trace
+from projections.wording import counted
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class ErasureReport:
     def render(self) -> str:
         """A plain-text table for terminals."""
         period = f"{self.since} .. {self.until or 'now'}"
-        hidden = f" ({self.withheld} of subjects you may not erase left out)" if self.withheld else ""
+        withheld = counted(self.withheld, "request")
+        hidden = f" ({withheld} of subjects you may not erase left out)" if self.withheld else ""
         if not self.requests:
             return f"no erasure requests in {period}{hidden}"
         head = (
@@ -83,7 +85,7 @@ class ErasureReport:
                 f"{r.requested_by:<12} {r.memories:>8}  {r.verdict}{note}"
             )
         totals = ", ".join(f"{n} {v}" for v, n in self.totals.items())
-        lines += ["", f"{len(self.requests)} requests: {totals}{hidden}"]
+        lines += ["", f"{counted(len(self.requests), 'request')}: {totals}{hidden}"]
         return "\n".join(lines)
 
 

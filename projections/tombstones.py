@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool
 from ledger.pgschema import ensure_schema
 from projections.cache import RecallCache
 from projections.vector_index import VectorIndex
+from projections.wording import counted
 
 STORES = ("facts", "vectors", "cache", "summaries")
 
@@ -65,7 +66,8 @@ class Reapplication:
         lines = [f"tombstones re-applied (run {self.run_id}):"]
         for s in self.stores:
             req = f"; requests {', '.join(s.request_ids)}" if s.request_ids else ""
-            lines.append(f"  {s.store:<10} {s.items_removed:>6} removed of {s.tombstones} tombstoned memories{req}")
+            tombstoned = counted(s.tombstones, "tombstoned memory", "tombstoned memories")
+            lines.append(f"  {s.store:<10} {s.items_removed:>6} removed of {tombstoned}{req}")
         return "\n".join(lines)
 
 

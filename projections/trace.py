@@ -35,6 +35,7 @@ from ledger.dead_letters import DeadLetterProbe, ErasureScope, scope_of
 from projections.cache import RecallCache
 from projections.errors import UnknownRequestError
 from projections.vector_index import VectorIndex
+from projections.wording import counted
 
 STORES = ("facts", "history", "vectors", "cache", "summaries", "log")
 
@@ -236,7 +237,7 @@ def _dlq_trace(targets: TraceTargets, scope: ErasureScope, purged: int, request:
     else:
         where = ", ".join(r.describe() for r in probe.remaining[:20]) + (" ..." if left > 20 else "")
         t.status = "reported"
-        t.probe = f"{left} letter{'s' if left != 1 else ''} kept: {probe.queue} is append-only, not edited ({where})"
+        t.probe = f"{counted(left, 'letter')} kept: {probe.queue} is append-only, not edited ({where})"
     return t
 
 
@@ -266,7 +267,7 @@ def _describe(found: int | None, what: str = "") -> str:
         return "unreachable"
     if found == 0:
         return "absent"
-    return f"{found} cop{'y' if found == 1 else 'ies'}{' of ' + what if what else ''} found"
+    return f"{counted(found, 'copy', 'copies')}{' of ' + what if what else ''} found"
 
 
 def _store_trace(store: str, receipt: Any, found: int | None, requested_at: datetime) -> StoreTrace:
@@ -316,7 +317,7 @@ def render_text(report: TraceReport) -> str:
     """A plain-text table of the report, for terminals."""
     lines = [
         f"erasure {report.request_id}  subject {report.subject_id}  ({report.request_kind}, "
-        f"{len(report.memory_ids)} memories)",
+        f"{counted(len(report.memory_ids), 'memory', 'memories')})",
         f"requested {report.requested_at} by {report.requested_by}: {report.reason} [{report.legal_basis}]",
         *([f"source: {report.source_ref}"] if report.source_ref else []),
         f"log position: partition {report.log_partition} offset {report.log_offset}",

@@ -35,6 +35,7 @@ from ledger.errors import LedgerError
 from ledger.service import CommandResult
 from projections.errors import ProjectionError
 from projections.vector_index import VectorIndexError
+from projections.wording import counted
 from workers import cliutil, interrupts
 from workers.cliutil import emit, parse_scope, parse_time, project_if_embedded, services
 
@@ -76,7 +77,7 @@ def _result(r: CommandResult) -> dict[str, object]:
 
 
 def _memories(n: int) -> str:
-    return f"{n} memory" if n == 1 else f"{n} memories"
+    return counted(n, "memory", "memories")
 
 
 def _where(r: CommandResult) -> str:
@@ -382,8 +383,8 @@ def sweep(
         lambda: (
             f"expired {_memories(len(done['expires_at']))}, destroyed the content of"
             f" {_memories(len(done['consent_grace']))} past their consent grace period,"
-            f" regenerated {len(regenerated)} summar{'y' if len(regenerated) == 1 else 'ies'};"
-            f" {len(results)} subject(s)"
+            f" regenerated {counted(len(regenerated), 'summary', 'summaries')};"
+            f" {counted(len(results), 'subject')}"
         ),
     )
 

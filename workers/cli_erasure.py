@@ -16,6 +16,7 @@ from ledger.errors import KeyStoreError
 from ledger.service import new_id
 from projections.erasure_report import erasure_report
 from projections.tombstones import STORES, reapply_tombstones
+from projections.wording import counted
 from workers.cliutil import emit, parse_time, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -87,13 +88,13 @@ def reapply_tombstones_cmd(
     out |= {"restored_from_topic": from_topic} if from_topic is not None else {}
 
     def render() -> str:
-        again = f"{requests} erasure requests recorded again from the log\n" if requests else ""
+        again = f"{counted(requests, 'erasure request')} recorded again from the log\n" if requests else ""
         if from_topic is None:
-            destroyed = f"{keys} data keys of tombstoned memories destroyed again\n" if keys else ""
+            destroyed = f"{counted(keys, 'data key')} of tombstoned memories destroyed again\n" if keys else ""
             return destroyed + again + result.render()
         head = (
-            f"tombstones table checked against {from_topic['topic']} ({from_topic['tombstones']} tombstones):"
-            f" {from_topic['rows_restored']} rows restored, {from_topic['keys_destroyed']} data keys destroyed again"
+            f"tombstones table checked against {from_topic['topic']} ({counted(len(known), 'tombstone')}):"
+            f" {counted(rows, 'row')} restored, {counted(keys, 'data key')} destroyed again"
         )
         return head + "\n" + again + result.render()
 

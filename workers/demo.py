@@ -12,6 +12,7 @@ from rich.console import Console
 from contracts import PERSONAL_CONTEXT, EraseMemories, MemoryWrite, MemoryWritten, decode_event, utc_now
 from ledger.eventlog import read_all
 from projections.trace import render_text, trace
+from projections.wording import counted
 from workers.bootstrap import PROJECTION_NAMES, Services, build
 from workers.settings import Settings
 
@@ -39,7 +40,8 @@ def _write(svc: Services, content: str, **fields: object) -> str:
 def _recall(svc: Services, console: Console, query: str, **kw: object) -> list[str]:
     svc.catch_up()
     result = svc.recall.recall(svc.principal(), SUBJECT, PURPOSE, query, utc_now(), k=5, **kw)  # type: ignore[arg-type]
-    console.print(f'  recall "{query}" -> {len(result.items)} items{" (cache)" if result.cached else ""}')
+    found = counted(len(result.items), "item") + (" (cache)" if result.cached else "")
+    console.print(f'  recall "{query}" -> {found}')
     for item in result.items:
         console.print(
             f"    {item.score:.4f} [{item.kind}] {item.content}  (rev {item.revision}, by {item.provenance['writer']})"
@@ -146,7 +148,8 @@ def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
             EraseMemories(subject_id=SUBJECT, memory_ids=(fact,), reason="subject request via support ticket"),
         )
         assert erased.request_id is not None
-        console.print(f"  request {erased.request_id}: {len(erased.affected)} memories, data keys destroyed")
+        gone = counted(len(erased.affected), "memory", "memories")
+        console.print(f"  request {erased.request_id}: {gone}, data keys destroyed")
         svc.catch_up()
         ids = _recall(svc, console, "PostgreSQL Kafka production")
         checks.append(("the erased fact is not recalled", fact not in ids))

@@ -120,3 +120,15 @@ def test_a_withdrawal_matching_no_memory_is_refused_unless_allowed(run: Run, fre
         run, "write", "alice", "Alice likes promos", "--purpose", "marketing"
     )
     assert ok(run, "revoke-consent", "alice", "--consent-ref", "c-1", "--json")["affected"] == [mid]
+
+
+# -- counts in trace and erasure-report -------------------------------------------------
+
+
+def test_trace_and_erasure_report_count_one_memory_and_one_request_in_the_singular(run: Run) -> None:
+    mid = write(run, "alice", "Alice's phone is 555-0100")
+    request = ok(run, "erase", "alice", mid, "--json")["request_id"]
+    header = ok(run, "trace", request).splitlines()[0]
+    assert header.endswith("(memories, 1 memory)"), header
+    report = ok(run, "erasure-report", "--since", "2000-01-01")
+    assert report.rstrip().endswith("1 request: 1 complete, 0 pending, 0 failed"), report

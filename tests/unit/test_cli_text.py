@@ -7,6 +7,9 @@ from __future__ import annotations
 import pytest
 import typer
 
+from projections.erasure_report import ErasureReport, ErasureSummary
+from projections.trace import StoreTrace, TraceReport, render_text
+from projections.wording import counted
 from workers.cli import erase_target
 
 # -- erase's arguments --------------------------------------------------------------------
@@ -33,3 +36,62 @@ def test_erase_target_with_subject_option_keeps_every_argument_as_an_id(
 def test_erase_target_without_any_subject_is_a_usage_error() -> None:
     with pytest.raises(typer.BadParameter, match="subject: missing"):
         erase_target([], None)
+
+
+# -- counts -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [(0, "0 memories"), (1, "1 memory"), (2, "2 memories")],
+)
+def test_counted_agrees_with_the_number(n: int, expected: str) -> None:
+    assert counted(n, "memory", "memories") == expected
+    assert counted(n, "request") == expected.replace("memory", "request").replace("memories", "requests")
+
+
+def _trace(memory_ids: list[str]) -> TraceReport:
+    return TraceReport(
+        request_id="er-1",
+        subject_id="alice",
+        request_kind="memories",
+        memory_ids=memory_ids,
+        requested_at="2026-11-29T10:00:00+00:00",
+        requested_by="cli",
+        reason="asked",
+        legal_basis="gdpr-art-17",
+        log_partition=0,
+        log_offset=7,
+        stores=[StoreTrace(store="facts", status="applied", probe="absent")],
+        verdict="complete",
+    )
+
+
+def test_trace_text_counts_its_memories_in_the_singular_and_plural() -> None:
+    assert render_text(_trace(["m-1"])).splitlines()[0] == "erasure er-1  subject alice  (memories, 1 memory)"
+    assert render_text(_trace(["m-1", "m-2"])).splitlines()[0].endswith("(memories, 2 memories)")
+
+
+def _summary(request_id: str) -> ErasureSummary:
+    return ErasureSummary(
+        request_id=request_id,
+        subject_id="alice",
+        request_kind="memories",
+        requested_at="2026-11-29T10:00:00+00:00",
+        requested_by="cli",
+        legal_basis="gdpr-art-17",
+        memories=1,
+        verdict="complete",
+        pending_stores=(),
+        failed_stores=(),
+    )
+
+
+def test_erasure_report_text_counts_requests_in_the_singular_and_plural() -> None:
+    one = ErasureReport(since="2026-11-01", until=None, requests=(_summary("er-1"),), withheld=1)
+    assert one.render().splitlines()[-1] == (
+        "1 request: 1 complete, 0 pending, 0 failed (1 request of subjects you may not erase left out)"
+    )
+    two = ErasureReport(since="2026-11-01", until=None, requests=(_summary("er-1"), _summary("er-2")), withheld=2)
+    assert two.render().splitlines()[-1].startswith("2 requests: 2 complete")
+    assert two.render().endswith("(2 requests of subjects you may not erase left out)")
