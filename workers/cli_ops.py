@@ -10,36 +10,13 @@ import typer
 
 from contracts import utc_now
 from projections import versions
-from projections.recall import RecallResult
 from projections.trace import render_text, to_json, trace
 from projections.trace_html import render_html
 from workers.bootstrap import PROJECTION_NAMES
 from workers.cliutil import emit, parse_time, project_if_embedded, services, warn
+from workers.recall_text import render_recall
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
-
-
-def _render_recall(result: RecallResult) -> str:
-    if not result.items:
-        return "no memories recalled"
-    count = f"{len(result.items)} memor{'y' if len(result.items) == 1 else 'ies'}"
-    lines = [f"{count}{' (from cache)' if result.cached else ''}:"]
-    for n, item in enumerate(result.items, start=1):
-        flag = " [unconfirmed]" if item.needs_confirmation else ""
-        prov = item.provenance
-        lines.append(f"{n:>3}. {item.score:.4f} {item.kind}{flag}: {item.content}")
-        lines.append(
-            f"     id {item.memory_id} rev {item.revision}; by {prov.get('writer')} at {prov.get('written_at')}"
-            + (f"; turn {prov['turn_id']}" if prov.get("turn_id") else "")
-            + f"; matched by {'+'.join(item.matched_by)}"
-        )
-        if item.conflicts:
-            lines.append(f"     in conflict {', '.join(item.conflicts)} (see: memledger conflicts {item.subject_id})")
-        for source in item.grouped:
-            lines.append(f"     + source {source.memory_id} ({source.kind}): {source.content}")
-    if result.degraded:
-        lines.append(f"note: ranked without {', '.join(result.degraded)} (unreachable)")
-    return "\n".join(lines)
 
 
 def recall(
@@ -66,7 +43,7 @@ def recall(
             scope_keys=tuple(scope or ()),
             include_unconfirmed=include_unconfirmed,
         )
-    emit(as_json, result.to_dict(), lambda: _render_recall(result))
+    emit(as_json, result.to_dict(), lambda: render_recall(result))
 
 
 def trace_cmd(

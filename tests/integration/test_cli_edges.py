@@ -6,6 +6,7 @@ trace and erasure-report, and the provenance recall prints."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -132,3 +133,32 @@ def test_trace_and_erasure_report_count_one_memory_and_one_request_in_the_singul
     assert header.endswith("(memories, 1 memory)"), header
     report = ok(run, "erasure-report", "--since", "2000-01-01")
     assert report.rstrip().endswith("1 request: 1 complete, 0 pending, 0 failed"), report
+
+
+# -- recall -----------------------------------------------------------------------------
+
+
+def test_recall_text_shows_the_provenance_of_each_item(run: Run) -> None:
+    write(
+        run, "alice", "Alice prefers short answers", "--kind", "preference", "--key", "answer_length",
+        "--turn-id", "turn-3", "--source-ref", "crm", "--consent-ref", "c-9", "--writer", "support-agent",
+        "--veracity", "imported",
+    )  # fmt: skip
+    write(run, "alice", "Alice wants short answers in this guide", "--scope", "document:guide", "--tool-call-id", "t-7")
+    args = ("recall", "alice", "short answers", "--purpose", PURPOSE, "--scope", "document:guide")
+    items = {i["memory_id"]: i for i in ok(run, *args, "--json")["items"]}
+    blocks = re.split(r"\n(?=\s+\d+\. )", ok(run, *args).rstrip())
+    assert blocks[0] == "2 memories (from cache):" and len(blocks) == 3  # the --json call cached it
+    for block in blocks[1:]:
+        head, *details = block.splitlines()
+        found = re.search(r"^id (\S+) rev 1; expires \S+Z; matched by \S+$", details[-1].strip())
+        assert found, block
+        item = items[found.group(1)]
+        prov = item["provenance"]
+        assert head.endswith(f"{item['kind']}: {item['content']}")
+        written = prov["written_at"][:19]  # to the second, in UTC (the CLI writes it in UTC)
+        assert details[0].strip().startswith(f"by {prov['writer']} at {written}Z; confidence {item['confidence']:.2f}")
+    text = "\n".join(blocks)
+    assert "by support-agent at" in text and "confidence 0.60; scope subject; key answer_length" in text
+    assert "turn turn-3; source crm; consent c-9" in text
+    assert "scope document:guide" in text and "tool call t-7" in text

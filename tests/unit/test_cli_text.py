@@ -4,13 +4,18 @@ provenance each recalled item shows in text."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import typer
 
 from projections.erasure_report import ErasureReport, ErasureSummary
+from projections.evidence import RecallItem
+from projections.recall import RecallResult
 from projections.trace import StoreTrace, TraceReport, render_text
 from projections.wording import counted
 from workers.cli import erase_target
+from workers.recall_text import render_recall, utc_text
 
 # -- erase's arguments --------------------------------------------------------------------
 
@@ -95,3 +100,99 @@ def test_erasure_report_text_counts_requests_in_the_singular_and_plural() -> Non
     two = ErasureReport(since="2026-11-01", until=None, requests=(_summary("er-1"), _summary("er-2")), withheld=2)
     assert two.render().splitlines()[-1].startswith("2 requests: 2 complete")
     assert two.render().endswith("(2 requests of subjects you may not erase left out)")
+
+
+# -- recall text --------------------------------------------------------------------------
+
+
+def _item(memory_id: str, **fields: Any) -> RecallItem:
+    base: dict[str, Any] = {
+        "memory_id": memory_id,
+        "subject_id": "alice",
+        "kind": "fact",
+        "content": f"text of {memory_id}",
+        "score": 0.03,
+        "status": "active",
+        "confirmed": True,
+        "confidence": 1.0,
+        "key": None,
+        "purpose": "p",
+        "scope": {"type": "subject", "id": "alice"},
+        "provenance": {"writer": "w", "written_at": "2026-11-29T10:00:00.123456Z", "derived_from": []},
+        "revision": 1,
+        "expires_at": None,
+        "sensitivity": "internal",
+        "needs_confirmation": False,
+        "matched_by": ["fts"],
+    }
+    return RecallItem(**(base | fields))
+
+
+def test_recall_text_shows_writer_time_kind_confidence_scope_and_references() -> None:
+    prov = {
+        "writer": "support-agent",
+        "written_at": "2026-11-29T12:30:05.5+02:00",  # shown in UTC
+        "turn_id": "turn-3",
+        "tool_call_id": "call-7",
+        "source_ref": "crm",
+        "consent_ref": "c-9",
+        "derived_from": [],
+    }
+    item = _item(
+        "m-1",
+        kind="preference",
+        confidence=0.6,
+        key="answer_length",
+        scope={"type": "document", "id": "guide"},
+        provenance=prov,
+        expires_at="2027-01-01T00:00:00+00:00",
+        matched_by=["fts", "vector"],
+    )
+    assert render_recall(RecallResult(items=[item])).splitlines() == [
+        "1 memory:",
+        "  1. 0.0300 preference: text of m-1",
+        "     by support-agent at 2026-11-29T10:30:05Z; confidence 0.60; scope document:guide; key answer_length",
+        "     turn turn-3; tool call call-7; source crm; consent c-9",
+        "     id m-1 rev 1; expires 2027-01-01T00:00:00Z; matched by fts+vector",
+    ]
+
+
+def test_recall_text_leaves_out_absent_references_and_shows_a_summarys_sources_with_theirs() -> None:
+    source = _item("m-src", provenance={"writer": "w", "written_at": "2026-11-29T09:00:00Z", "turn_id": "t-1"})
+    summary = _item(
+        "m-sum",
+        kind="summary",
+        confidence=0.7,
+        needs_confirmation=True,
+        derived_from=["m-src", "m-other"],
+        grouped=[source],
+        conflicts=["cf-1"],
+    )
+    lines = render_recall(RecallResult(items=[summary], cached=True, degraded=["vector"])).splitlines()
+    assert lines == [
+        "1 memory (from cache):",
+        "  1. 0.0300 summary [unconfirmed]: text of m-sum",
+        "     by w at 2026-11-29T10:00:00Z; confidence 0.70; scope subject",
+        "     derived from m-src, m-other",
+        "     id m-sum rev 1; matched by fts",
+        "     in conflict cf-1 (see: memledger conflicts alice)",
+        "     + source fact: text of m-src",
+        "       by w at 2026-11-29T09:00:00Z; confidence 1.00; scope subject",
+        "       turn t-1",
+        "       id m-src rev 1; matched by fts",
+        "note: ranked without vector (unreachable)",
+    ]
+    assert render_recall(RecallResult(items=[])) == "no memories recalled"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-11-29T23:59:59.9-01:00", "2026-11-30T00:59:59Z"),
+        (None, "?"),
+        ("yesterday", "yesterday"),
+        ("2026-11-29T10:00:00", "2026-11-29T10:00:00"),  # no zone: shown as given, not guessed
+    ],
+)
+def test_utc_text(value: str | None, expected: str) -> None:
+    assert utc_text(value) == expected
