@@ -214,13 +214,17 @@ class Ledger:
         """The ledger's current view of one memory of ``subject_id`` (status, revision,
         kind, purpose, scope, key, class, consent), e.g. to default a replacement's fields.
 
+        A plain read of the last committed head: it locks nothing, so it neither waits for
+        a command in progress on the memory nor holds one up. A command that follows
+        (``supersede``) locks the head and checks it again itself.
+
         Raises:
             NotAuthorisedError: no ``read`` grant for the subject.
             UnknownMemoryError: ``memory_id`` is not a memory of the subject.
         """
         principal.require("read", subject_id)
-        with self._pool.connection() as conn, conn.transaction():
-            found = state.lock_heads(conn, [memory_id]).get(memory_id)
+        with self._pool.connection() as conn:  # a read: no row lock, so no command waits for it
+            found = state.read_heads(conn, [memory_id]).get(memory_id)
         if found is None or found.subject_id != subject_id:
             raise UnknownMemoryError(memory_id, "memory_id")
         return found

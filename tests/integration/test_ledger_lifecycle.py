@@ -6,6 +6,7 @@ in-memory log, read back to check what the ledger appended."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from contracts import (
     encode_event,
     utc_now,
 )
+from ledger import state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, PolicyError, UnknownMemoryError
 from ledger.eventlog import InMemoryEventLog
@@ -227,6 +229,24 @@ def test_an_inference_against_a_statement_is_a_conflict(ledger: Ledger) -> None:
     again = ledger.write(ALICE, memory_write(content="Alice prefers Python", key="language"))
     assert types(again) == ["MemoryReinforced", "MemoryConfirmed", "MemorySuperseded"]
     assert head(ledger, stated.memory_id)[0] == "active" and head(ledger, inferred.memory_id)[0] == "superseded"
+
+
+def test_reading_a_head_waits_for_no_command_in_progress(ledger: Ledger, pool: ConnectionPool) -> None:
+    r = ledger.write(ALICE, memory_write())
+    assert r.memory_id is not None
+    reader = ThreadPoolExecutor(1)
+    try:
+        with pool.connection() as conn, conn.transaction():  # a command holding the memory's head
+            state.lock_heads(conn, [r.memory_id])
+            read = reader.submit(ledger.head, ALICE, "alice", r.memory_id)
+            done, _ = wait([read], timeout=10)  # a locking read would wait until this transaction ends
+    finally:
+        reader.shutdown()
+    assert done, "Ledger.head waited for a row lock"
+    found = read.result()
+    assert (found.memory_id, found.status, found.revision) == (r.memory_id, "active", 1)
+    with pytest.raises(UnknownMemoryError):
+        ledger.head(ALICE, "bob", r.memory_id)  # a memory of another subject is not shown
 
 
 def test_bad_lifecycle_commands_are_refused_and_write_nothing(ledger: Ledger) -> None:
