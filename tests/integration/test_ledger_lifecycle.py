@@ -22,6 +22,7 @@ from contracts import (
     MemoryConfirmed,
     MemoryReinforced,
     MemorySuperseded,
+    MemoryWritten,
     RedactMemory,
     RetentionExpired,
     RevokeConsent,
@@ -231,6 +232,36 @@ def test_an_inference_against_a_statement_is_a_conflict(ledger: Ledger) -> None:
     assert head(ledger, stated.memory_id)[0] == "active" and head(ledger, inferred.memory_id)[0] == "superseded"
 
 
+def test_an_inference_written_confirmed_records_its_confirmation_in_the_log(ledger: Ledger) -> None:
+    src = ledger.write(ALICE, memory_write(content="Alice wrote Go all week"))
+
+    def inference(content: str, **fields: Any) -> Any:
+        prov = {"writer": "w", "written_at": utc_now(), "derived_from": [src.memory_id]}
+        return memory_write(kind="inference", content=content, veracity="inferred", provenance=prov, **fields)
+
+    r = ledger.write(ALICE, inference("Alice knows Go", confirmed=True))
+    assert types(r) == ["MemoryWritten", "MemoryConfirmed"]
+    written, confirmed = r.events
+    assert isinstance(written, MemoryWritten) and written.memory.confirmed is False  # written unconfirmed ...
+    assert isinstance(confirmed, MemoryConfirmed) and confirmed.memory_id == r.memory_id  # ... then confirmed
+    assert confirmed.revision == 2 and confirmed.causation_id == written.event_id
+    assert confirmed.correlation_id == written.correlation_id
+    assert head(ledger, r.memory_id)[:2] == ("active", 2)
+    # with a key, the confirmation settles the slot as `confirm` would: no conflict, the rival is superseded
+    stated = ledger.write(ALICE, memory_write(content="Alice prefers Python", key="language"))
+    keyed = ledger.write(ALICE, inference("Alice prefers Go", key="language", confirmed=True))
+    assert types(keyed) == ["MemoryWritten", "MemoryConfirmed", "MemorySuperseded"]
+    assert keyed.events[2].causation_id == keyed.events[1].event_id
+    assert head(ledger, keyed.memory_id)[:2] == ("active", 2) and head(ledger, stated.memory_id)[0] == "superseded"
+    # restating a pending inference, confirmed: reinforced, then confirmed
+    pending = ledger.write(ALICE, inference("Alice reads Go blogs", confirmed=False))
+    assert types(pending) == ["MemoryWritten"] and head(ledger, pending.memory_id)[0] == "needs_confirmation"
+    again = ledger.write(ALICE, inference("alice reads go blogs.", confirmed=True))
+    assert again.memory_id == pending.memory_id and types(again) == ["MemoryReinforced", "MemoryConfirmed"]
+    assert again.events[1].causation_id == again.events[0].event_id
+    assert head(ledger, pending.memory_id)[:2] == ("active", 3)
+
+
 def test_reading_a_head_waits_for_no_command_in_progress(ledger: Ledger, pool: ConnectionPool) -> None:
     r = ledger.write(ALICE, memory_write())
     assert r.memory_id is not None
@@ -426,6 +457,7 @@ def test_sources_must_be_usable_and_an_inference_never_overrides_a_statement(led
             kind="inference",
             content="Alice probably uses VS Code",
             key="editor",
+            confirmed=False,  # not confirmed by the subject (a confirmed one settles the key, as `confirm` does)
             provenance={"writer": "w", "written_at": utc_now(), "derived_from": [stated.memory_id]},
         ),
     )  # veracity left at "stated" by mistake: still not the subject's word
