@@ -47,7 +47,11 @@ class MemoryRef(Frozen):
 
 class MemoryWritten(Envelope):
     """A memory was recorded (revision 1). Its status is ``active``, or
-    ``needs_confirmation`` for an unconfirmed inference."""
+    ``needs_confirmation`` for an unconfirmed inference.
+
+    The ledger writes every inference unconfirmed: one that the subject had already
+    confirmed is followed by its own ``MemoryConfirmed``. (A log written before that
+    may hold an inference with ``memory.confirmed`` true, which enters ``active``.)"""
 
     type: Literal["MemoryWritten"] = "MemoryWritten"
     memory_id: MemoryId
@@ -78,7 +82,10 @@ class MemorySuperseded(Envelope):
 
 
 class MemoryConfirmed(Envelope):
-    """The subject confirmed a memory; an inference becomes ``active``."""
+    """The subject confirmed a memory; an inference becomes ``active``. ``causation_id``
+    names the event it follows from, when there is one: the ``MemoryWritten`` of an
+    inference written already confirmed, or the ``MemoryReinforced`` of a restatement
+    that confirmed it (none for ``memledger confirm``)."""
 
     type: Literal["MemoryConfirmed"] = "MemoryConfirmed"
     memory_id: MemoryId

@@ -12,9 +12,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -22,6 +25,19 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from ledger.errors import EventLogError
 from ledger.eventlog import DLQ_TOPIC, TOPIC, DeadLetter, LogPosition, LogRecord
+
+log = logging.getLogger(__name__)
+
+
+def close_quietly(client: Any, **kwargs: Any) -> None:
+    """Close a Kafka client built before a later step failed (``client.close(**kwargs)``).
+    An error while closing is logged, not raised: the failure being reported is the
+    caller's. Used as an ``ExitStack`` callback, so no socket of a half-built adapter
+    stays open."""
+    try:
+        client.close(**kwargs)
+    except Exception:
+        log.warning("closing %s after a failure failed", type(client).__name__, exc_info=True)
 
 
 def ensure_topics(
@@ -80,22 +96,26 @@ class KafkaEventLog:
         self._send_timeout_s = send_timeout_s
         if create_topics:
             ensure_topics(bootstrap, partitions, (topic, dlq_topic))
-        try:
-            self._producer = KafkaProducer(
-                bootstrap_servers=bootstrap,
-                acks="all",
-                enable_idempotence=True,
-                linger_ms=2,
-                client_id="memledger-ledger",
-            )
-            self._consumer = KafkaConsumer(
-                bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, client_id="memledger-reader"
-            )
-        except KafkaError as exc:
-            raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-        found = self._wait_for_topic(topic, timeout_s=15.0)
-        if not found:
-            raise EventLogError(f"topic {topic!r} does not exist on {bootstrap}", retriable=False)
+        with ExitStack() as built:  # if a step below fails, the clients built so far are closed
+            try:
+                self._producer = KafkaProducer(
+                    bootstrap_servers=bootstrap,
+                    acks="all",
+                    enable_idempotence=True,
+                    linger_ms=2,
+                    client_id="memledger-ledger",
+                )
+                built.callback(close_quietly, self._producer, timeout=5)
+                self._consumer = KafkaConsumer(
+                    bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, client_id="memledger-reader"
+                )
+                built.callback(close_quietly, self._consumer)
+            except KafkaError as exc:
+                raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+            found = self._wait_for_topic(topic, timeout_s=15.0)
+            if not found:
+                raise EventLogError(f"topic {topic!r} does not exist on {bootstrap}", retriable=False)
+            built.pop_all()  # complete: ``close`` closes them from now on
         self._partitions = len(found)
         self._read_lock = threading.Lock()
 

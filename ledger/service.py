@@ -70,6 +70,13 @@ def new_id() -> str:
     return str(uuid7())
 
 
+def _arrives_confirmed(cmd: MemoryWrite) -> bool:
+    """An inference written with ``confirmed``: the subject already confirmed it. Its
+    confirmation changes its status, so the ledger records it as a ``MemoryConfirmed``
+    of its own (another kind's ``confirmed`` is only a field of the written memory)."""
+    return cmd.kind == "inference" and cmd.confirmed
+
+
 class _EnvelopeFields(TypedDict):
     event_id: str
     occurred_at: datetime
@@ -142,7 +149,12 @@ class Ledger:
         - a different claim for a ``key`` that has a live memory supersedes it when the
           subject stated it (``veracity="stated"``) or it comes from the same
           ``source_ref``; otherwise it is a conflict: ``ConflictDetected`` puts every
-          live claim of the slot, the new one included, in ``needs_confirmation``.
+          live claim of the slot, the new one included, in ``needs_confirmation``;
+        - an inference written ``confirmed`` (the subject already confirmed it) enters as
+          ``needs_confirmation`` and is confirmed by a ``MemoryConfirmed`` right after its
+          ``MemoryWritten`` (``causation_id`` = the write's event), which supersedes the
+          other live memories of its slot, as ``confirm`` would: the log itself records the
+          confirmation, and a replay folds the same two events into the same rows.
 
         Raises:
             NotAuthorisedError: no ``write`` grant for ``cmd.subject_id``.
@@ -214,13 +226,17 @@ class Ledger:
         """The ledger's current view of one memory of ``subject_id`` (status, revision,
         kind, purpose, scope, key, class, consent), e.g. to default a replacement's fields.
 
+        A plain read of the last committed head: it locks nothing, so it neither waits for
+        a command in progress on the memory nor holds one up. A command that follows
+        (``supersede``) locks the head and checks it again itself.
+
         Raises:
             NotAuthorisedError: no ``read`` grant for the subject.
             UnknownMemoryError: ``memory_id`` is not a memory of the subject.
         """
         principal.require("read", subject_id)
-        with self._pool.connection() as conn, conn.transaction():
-            found = state.lock_heads(conn, [memory_id]).get(memory_id)
+        with self._pool.connection() as conn:  # a read: no row lock, so no command waits for it
+            found = state.read_heads(conn, [memory_id]).get(memory_id)
         if found is None or found.subject_id != subject_id:
             raise UnknownMemoryError(memory_id, "memory_id")
         return found
@@ -507,6 +523,11 @@ class Ledger:
         memory_id = new_id()
         written = self._written(conn, cmd, memory_id, now, corr)
         events: list[Event] = [written]
+        if _arrives_confirmed(cmd):
+            # the subject already confirmed it: recorded as its own event, exactly as `confirm`
+            # right after the write would (which also settles the slot: its rivals are superseded)
+            head = state.lock_heads(conn, [memory_id])[memory_id]
+            events += self._confirm(conn, head, now, corr, cause=written.event_id)
         if cmd.key is None or cmd.kind == "summary":
             return memory_id, events
         rivals = state.live_in_slot(conn, cmd.subject_id, cmd.purpose, cmd.scope, cmd.key, now)
@@ -542,14 +563,19 @@ class Ledger:
         state.bump(conn, head.memory_id, event.revision)
         state.set_fields(conn, head.memory_id, confidence=confidence)
         events: list[Event] = [event]
-        if head.status == "needs_confirmation" and cmd.veracity == "stated" and cmd.kind != "inference":
-            # the subject said it: that confirms an inference or a claim in conflict
-            events += self._confirm(conn, replace(head, revision=event.revision), now, corr)
+        stated = cmd.veracity == "stated" and cmd.kind != "inference"
+        if head.status == "needs_confirmation" and (stated or _arrives_confirmed(cmd)):
+            # the subject said it, or confirmed it: that confirms an inference or a claim in conflict
+            events += self._confirm(conn, replace(head, revision=event.revision), now, corr, cause=event.event_id)
         return events
 
-    def _confirm(self, conn: psycopg.Connection, head: state.MemoryHead, now: datetime, corr: str) -> list[Event]:
+    def _confirm(
+        self, conn: psycopg.Connection, head: state.MemoryHead, now: datetime, corr: str, cause: str | None = None
+    ) -> list[Event]:
         event = MemoryConfirmed(
-            **self._envelope(head.subject_id, now, corr), memory_id=head.memory_id, revision=head.revision + 1
+            **self._envelope(head.subject_id, now, corr, causation_id=cause),
+            memory_id=head.memory_id,
+            revision=head.revision + 1,
         )
         state.bump(conn, head.memory_id, event.revision, "active")
         events: list[Event] = [event]
@@ -765,7 +791,10 @@ class Ledger:
         replaces: str | None = None,
         cause: str | None = None,
     ) -> MemoryWritten | SummaryDerived:
-        status = "needs_confirmation" if cmd.kind == "inference" and not cmd.confirmed else "active"
+        # an inference enters unconfirmed; one that arrives confirmed is confirmed by its own
+        # MemoryConfirmed next (`_record`), so the log says when and on which write it was
+        inference = cmd.kind == "inference"
+        status = "needs_confirmation" if inference else "active"
         sealed = self._keyring.seal(conn, cmd.subject_id, memory_id, cmd.content)
         personal = PersonalFields.of(cmd.key, cmd.scope, cmd.provenance)
         body = MemoryBody(
@@ -777,7 +806,7 @@ class Ledger:
             provenance=ClearProvenance.of(cmd.provenance),
             sensitivity=cmd.sensitivity,
             retention=cmd.retention,
-            confirmed=cmd.confirmed,
+            confirmed=cmd.confirmed and not inference,
             confidence=cmd.confidence if cmd.confidence is not None else VERACITY_CONFIDENCE[cmd.veracity],
             veracity=cmd.veracity,
             content_hmac=self._keyring.fingerprint(cmd.content),

@@ -3,7 +3,8 @@ memory, erasure requests and tombstones.
 
 The head table lets the ledger validate commands (unknown memory, supersession across
 subjects) and assign revisions. Rows are locked ``FOR UPDATE`` while a command runs,
-so two commands on one memory are serialised and revisions never collide.
+so two commands on one memory are serialised and revisions never collide; a plain read
+(``read_heads``) takes no row lock.
 """
 
 from __future__ import annotations
@@ -172,12 +173,21 @@ _HEAD_COLUMNS = (
 )
 
 
+_BY_ID = f"SELECT {_HEAD_COLUMNS} FROM ledger_memories WHERE memory_id = ANY(%s) ORDER BY memory_id"
+
+
 def lock_heads(conn: psycopg.Connection, memory_ids: Sequence[str]) -> dict[str, MemoryHead]:
-    """Lock and return the heads of the given memories (absent ids are left out)."""
-    rows = conn.execute(
-        f"SELECT {_HEAD_COLUMNS} FROM ledger_memories WHERE memory_id = ANY(%s) ORDER BY memory_id FOR UPDATE",
-        (list(memory_ids),),
-    ).fetchall()
+    """Lock (``FOR UPDATE``, until the transaction ends) and return the heads of the
+    given memories, for a command about to change them (absent ids are left out)."""
+    rows = conn.execute(_BY_ID + " FOR UPDATE", (list(memory_ids),)).fetchall()
+    return {r[0]: _head(r) for r in rows}
+
+
+def read_heads(conn: psycopg.Connection, memory_ids: Sequence[str]) -> dict[str, MemoryHead]:
+    """The heads of the given memories as last committed, without locking them (absent
+    ids are left out): for reads, which must neither wait for a command in progress nor
+    hold one up. A command that acts on a head locks it again (``lock_heads``)."""
+    rows = conn.execute(_BY_ID, (list(memory_ids),)).fetchall()
     return {r[0]: _head(r) for r in rows}
 
 

@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -34,7 +35,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from ledger.errors import EventLogError
-from ledger.kafka_log import ensure_topics
+from ledger.kafka_log import close_quietly, ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -141,15 +142,21 @@ class KafkaTombstoneLog:
         self._bootstrap = bootstrap
         self._timeout_s = timeout_s
         ensure_topics(bootstrap, partitions, (topic,), compacted=(topic,))
-        try:
-            self._producer = KafkaProducer(
-                bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, client_id="memledger-tombstones"
-            )
-            self._consumer = KafkaConsumer(
-                bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, client_id="memledger-tombstones"
-            )
-        except KafkaError as exc:
-            raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+        with ExitStack() as built:  # if the consumer cannot be built, the producer is closed
+            try:
+                self._producer = KafkaProducer(
+                    bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, client_id="memledger-tombstones"
+                )
+                built.callback(close_quietly, self._producer, timeout=5)
+                self._consumer = KafkaConsumer(
+                    bootstrap_servers=bootstrap,
+                    enable_auto_commit=False,
+                    group_id=None,
+                    client_id="memledger-tombstones",
+                )
+            except KafkaError as exc:
+                raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+            built.pop_all()
         self._lock = threading.Lock()
 
     def publish(self, tombstones: Sequence[Tombstone]) -> None:

@@ -163,18 +163,20 @@ def bench_append(env: dict[str, str], events: int, batch: int, progress: Progres
     producer = KafkaProducer(
         bootstrap_servers=env["MEMLEDGER_KAFKA_BOOTSTRAP"], acks="all", enable_idempotence=True, linger_ms=2
     )
-    started = time.perf_counter()
-    for first in range(0, events, batch):
-        futures = [
-            producer.send(raw_topic, key=f"bench-user-{n % 50}".encode(), value=payloads[n])
-            for n in range(first, min(events, first + batch))
-        ]
-        producer.flush()
-        for f in futures:
-            f.get(timeout=30)
-        progress("append: raw producer", min(events, first + batch), events)
-    raw_s = time.perf_counter() - started
-    producer.close()
+    try:
+        started = time.perf_counter()
+        for first in range(0, events, batch):
+            futures = [
+                producer.send(raw_topic, key=f"bench-user-{n % 50}".encode(), value=payloads[n])
+                for n in range(first, min(events, first + batch))
+            ]
+            producer.flush()
+            for f in futures:
+                f.get(timeout=30)
+            progress("append: raw producer", min(events, first + batch), events)
+        raw_s = time.perf_counter() - started
+    finally:
+        producer.close()
     size = sum(len(p) for p in payloads)
     return {
         "events": events,

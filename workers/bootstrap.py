@@ -455,8 +455,9 @@ def build(
                 partitions=settings.partitions,
                 dlq_topic=settings.dlq_topic,
             )
+            closers.append(event_log.close)  # before the next client: closed if that one fails
             dlq = KafkaDeadLetterQueue(settings.kafka_bootstrap, topic=settings.dlq_topic)
-            closers += [event_log.close, dlq.close]
+            closers.append(dlq.close)
             from ledger.tombstone_log import KafkaTombstoneLog
 
             tombstone_log = KafkaTombstoneLog(

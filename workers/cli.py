@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from contracts import (
     ContractError,
     EraseMemories,
+    MemoryConfirmed,
     MemoryWrite,
     RedactMemory,
     RevokeConsent,
@@ -85,15 +86,16 @@ def _where(r: CommandResult) -> str:
 
 
 def _describe_write(r: CommandResult, key: str | None) -> str:
-    """What a write ended in: a new memory, a restatement, a supersession or a conflict
-    (on the written memory's ``key``)."""
+    """What a write ended in: a new memory, a restatement, a confirmation, a supersession
+    or a conflict (on the written memory's ``key``)."""
     first = r.events[0]
     if first.type == "MemoryReinforced":
         text = f"same statement as memory {r.memory_id}: reinforced, confidence now {first.confidence:.3f}"
-        if any(e.type == "MemoryConfirmed" for e in r.events):
-            text += ", confirmed"
     else:
         text = f"wrote memory {r.memory_id} (revision 1)"
+    for e in r.events:
+        if isinstance(e, MemoryConfirmed) and e.memory_id == r.memory_id:
+            text += f", confirmed (revision {e.revision})"
     superseded = [e.memory_id for e in r.events if e.type == "MemorySuperseded"]
     if superseded:
         text += f"; superseded {', '.join(superseded)}"

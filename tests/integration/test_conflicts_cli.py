@@ -1,5 +1,6 @@
 """``memledger conflicts``: conflicts the ledger detected, as the facts projection holds
-them, through the CLI (embedded mode on the test Postgres and Redis)."""
+them, through the CLI (embedded mode on the test Postgres and Redis); an inference written
+``--confirmed`` opens none, its confirmation being an event of its own."""
 
 from __future__ import annotations
 
@@ -93,3 +94,16 @@ def test_supersede_takes_what_it_does_not_say_from_the_memory_it_replaces(cli: A
     assert item["provenance"]["consent_ref"] == "consent-1"
     subject_wide = cli("recall", "alice", "American spelling", "--purpose", "writing", "--json")["items"]
     assert wide["memory_id"] in [i["memory_id"] for i in subject_wide]
+
+
+def test_an_inference_written_confirmed_is_confirmed_in_the_log_and_opens_no_conflict(cli: Any) -> None:
+    a = _claim(cli, "Alice wants short answers", "crm")
+    source = cli("write", "alice", "Alice skims long replies", "--purpose", "writing", "--json")["memory_id"]
+    args = ("write", "alice", "Alice wants long answers", "--purpose", "writing", "--key", "answer_length")
+    args += ("--kind", "inference", "--derived-from", source, "--confirmed")
+    out = cli(*args, "--json")
+    assert [e["type"] for e in out["events"]] == ["MemoryWritten", "MemoryConfirmed", "MemorySuperseded"]
+    assert cli("conflicts", "alice", "--all", "--json") == []  # the subject's confirmation settled the key
+    text = cli(*args[:2], "Alice wants detailed answers", *args[3:])
+    assert f"(revision 1), confirmed (revision 2); superseded {out['memory_id']} at " in text
+    assert a not in text  # superseded by the first confirmed inference already

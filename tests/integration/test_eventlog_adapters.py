@@ -1,5 +1,6 @@
 """The EventLog contract on the real adapters (PostgresEventLog, KafkaEventLog), gapless
-concurrent appends on Postgres, and the dead-letter queues of both."""
+concurrent appends on Postgres, the dead-letter queues of both, and a distributed build
+that fails after its Kafka log was built."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import importlib
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from psycopg_pool import ConnectionPool
@@ -16,6 +19,7 @@ from ledger.errors import EventLogError
 from ledger.eventlog import DeadLetter, EventLog, read_all
 from ledger.postgres_log import PostgresDeadLetterQueue, PostgresEventLog
 from tests.eventlog_contract import EventLogContract, MakeLog
+from tests.integration.distributed import distributed_settings
 
 pytestmark = pytest.mark.integration
 
@@ -244,3 +248,25 @@ def test_kafka_dead_letter_queue_lists_newest_last_on_a_partitioned_topic(kafka_
         assert dlq.list(limit=3) == letters[-3:]
     finally:
         dlq.close()
+
+
+def test_a_distributed_build_that_fails_after_the_kafka_log_closes_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: str
+) -> None:
+    kafka_log = _kafka()
+    closed: list[object] = []
+    real_close = kafka_log.KafkaEventLog.close
+
+    def close(self: Any) -> None:
+        closed.append(self)
+        real_close(self)
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise EventLogError("cannot reach Kafka for the DLQ")
+
+    monkeypatch.setattr(kafka_log.KafkaEventLog, "close", close)
+    monkeypatch.setattr(kafka_log, "KafkaDeadLetterQueue", unreachable)
+    build = importlib.import_module("workers.bootstrap").build
+    with pytest.raises(EventLogError, match="for the DLQ"):
+        build(distributed_settings(tmp_path, kafka_bootstrap, fresh_dsn, redis_url))
+    assert len(closed) == 1  # its producer and consumer did not outlive the failed build

@@ -6,6 +6,7 @@ in-memory log, read back to check what the ledger appended."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from contracts import (
     MemoryConfirmed,
     MemoryReinforced,
     MemorySuperseded,
+    MemoryWritten,
     RedactMemory,
     RetentionExpired,
     RevokeConsent,
@@ -28,6 +30,7 @@ from contracts import (
     encode_event,
     utc_now,
 )
+from ledger import state
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, PolicyError, UnknownMemoryError
 from ledger.eventlog import InMemoryEventLog
@@ -229,6 +232,54 @@ def test_an_inference_against_a_statement_is_a_conflict(ledger: Ledger) -> None:
     assert head(ledger, stated.memory_id)[0] == "active" and head(ledger, inferred.memory_id)[0] == "superseded"
 
 
+def test_an_inference_written_confirmed_records_its_confirmation_in_the_log(ledger: Ledger) -> None:
+    src = ledger.write(ALICE, memory_write(content="Alice wrote Go all week"))
+
+    def inference(content: str, **fields: Any) -> Any:
+        prov = {"writer": "w", "written_at": utc_now(), "derived_from": [src.memory_id]}
+        return memory_write(kind="inference", content=content, veracity="inferred", provenance=prov, **fields)
+
+    r = ledger.write(ALICE, inference("Alice knows Go", confirmed=True))
+    assert types(r) == ["MemoryWritten", "MemoryConfirmed"]
+    written, confirmed = r.events
+    assert isinstance(written, MemoryWritten) and written.memory.confirmed is False  # written unconfirmed ...
+    assert isinstance(confirmed, MemoryConfirmed) and confirmed.memory_id == r.memory_id  # ... then confirmed
+    assert confirmed.revision == 2 and confirmed.causation_id == written.event_id
+    assert confirmed.correlation_id == written.correlation_id
+    assert head(ledger, r.memory_id)[:2] == ("active", 2)
+    # with a key, the confirmation settles the slot as `confirm` would: no conflict, the rival is superseded
+    stated = ledger.write(ALICE, memory_write(content="Alice prefers Python", key="language"))
+    keyed = ledger.write(ALICE, inference("Alice prefers Go", key="language", confirmed=True))
+    assert types(keyed) == ["MemoryWritten", "MemoryConfirmed", "MemorySuperseded"]
+    assert keyed.events[2].causation_id == keyed.events[1].event_id
+    assert head(ledger, keyed.memory_id)[:2] == ("active", 2) and head(ledger, stated.memory_id)[0] == "superseded"
+    # restating a pending inference, confirmed: reinforced, then confirmed
+    pending = ledger.write(ALICE, inference("Alice reads Go blogs", confirmed=False))
+    assert types(pending) == ["MemoryWritten"] and head(ledger, pending.memory_id)[0] == "needs_confirmation"
+    again = ledger.write(ALICE, inference("alice reads go blogs.", confirmed=True))
+    assert again.memory_id == pending.memory_id and types(again) == ["MemoryReinforced", "MemoryConfirmed"]
+    assert again.events[1].causation_id == again.events[0].event_id
+    assert head(ledger, pending.memory_id)[:2] == ("active", 3)
+
+
+def test_reading_a_head_waits_for_no_command_in_progress(ledger: Ledger, pool: ConnectionPool) -> None:
+    r = ledger.write(ALICE, memory_write())
+    assert r.memory_id is not None
+    reader = ThreadPoolExecutor(1)
+    try:
+        with pool.connection() as conn, conn.transaction():  # a command holding the memory's head
+            state.lock_heads(conn, [r.memory_id])
+            read = reader.submit(ledger.head, ALICE, "alice", r.memory_id)
+            done, _ = wait([read], timeout=10)  # a locking read would wait until this transaction ends
+    finally:
+        reader.shutdown()
+    assert done, "Ledger.head waited for a row lock"
+    found = read.result()
+    assert (found.memory_id, found.status, found.revision) == (r.memory_id, "active", 1)
+    with pytest.raises(UnknownMemoryError):
+        ledger.head(ALICE, "bob", r.memory_id)  # a memory of another subject is not shown
+
+
 def test_bad_lifecycle_commands_are_refused_and_write_nothing(ledger: Ledger) -> None:
     r = ledger.write(ALICE, memory_write())
     before = ledger._log.end_offsets()
@@ -406,6 +457,7 @@ def test_sources_must_be_usable_and_an_inference_never_overrides_a_statement(led
             kind="inference",
             content="Alice probably uses VS Code",
             key="editor",
+            confirmed=False,  # not confirmed by the subject (a confirmed one settles the key, as `confirm` does)
             provenance={"writer": "w", "written_at": utc_now(), "derived_from": [stated.memory_id]},
         ),
     )  # veracity left at "stated" by mistake: still not the subject's word

@@ -165,6 +165,56 @@ def test_recall_rules(svc: Services) -> None:
     assert all(i.provenance["writer"] for i in items)
 
 
+def test_an_inference_written_confirmed_is_confirmed_by_the_log_live_and_in_a_replay(svc: Services) -> None:
+    p = svc.principal()
+    stated = svc.ledger.write(p, memory_write(content="Alice prefers Python", key="language")).memory_id
+    source = svc.ledger.write(p, memory_write(content="Alice wrote Go all week")).memory_id
+    inferred = svc.ledger.write(
+        p,
+        memory_write(
+            kind="inference",
+            content="Alice prefers Go",
+            key="language",
+            veracity="inferred",
+            confirmed=True,
+            provenance={"writer": "x", "written_at": utc_now(), "derived_from": [source]},
+        ),
+    ).memory_id
+    svc.catch_up()
+
+    def snapshot() -> tuple[Any, ...]:
+        with svc.pool.connection() as conn:
+            facts = conn.execute(
+                "SELECT memory_id, revision, status, confirmed, superseded_by, updated_at FROM facts_v1"
+                " ORDER BY memory_id"
+            ).fetchall()
+            history = conn.execute(
+                "SELECT memory_id, revision, event_type, status FROM facts_history_v1 ORDER BY memory_id, revision"
+            ).fetchall()
+        assert svc.index is not None
+        points = {m: (pt.payload["status"], pt.payload["revision"]) for m, pt in svc.index.retrieve([inferred]).items()}
+        return facts, history, points
+
+    live = snapshot()
+    assert one(svc, "SELECT status, revision, confirmed FROM facts_v1 WHERE memory_id = %s", inferred) == (
+        "active",
+        2,
+        True,
+    )
+    assert [r[2] for r in live[1] if r[0] == inferred] == ["MemoryWritten", "MemoryConfirmed"]
+    assert one(svc, "SELECT status, superseded_by FROM facts_v1 WHERE memory_id = %s", stated) == (
+        "superseded",
+        inferred,
+    )
+    assert live[2] == {inferred: ("active", 2)}
+    recalled = recall_ids(svc, "which language does Alice prefer")  # no --include-unconfirmed needed
+    assert inferred in recalled and stated not in recalled
+    for name in PROJECTION_NAMES:
+        svc.projections[name].reset()
+        svc.runner(name).catch_up(svc.log)
+    assert snapshot() == live
+
+
 def test_erasure_reaches_every_store_and_survives_replay(svc: Services) -> None:
     p = svc.principal()
     keep = svc.ledger.write(p, memory_write(content="Alice prefers dark mode")).memory_id
