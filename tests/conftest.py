@@ -23,8 +23,30 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from ledger.crypto import Keyring
+from tests import leaks
 
 REPO = Path(__file__).resolve().parent.parent
+_KAFKA_LEAKS = pytest.StashKey[leaks.KafkaSocketLeaks]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_KAFKA_LEAKS] = leaks.install()  # after pytest's own unraisable hook
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    hook = config.stash.get(_KAFKA_LEAKS, None)
+    if hook is not None and hook.count:
+        terminalreporter.write_line(
+            f"kafka-python left {hook.count} socket(s) to the test broker open (tolerated: see tests/leaks.py)"
+        )
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """Whatever a test leaked is finalised, and reported, in that test's teardown."""
+    yield
+    leaks.collect_garbage()
 
 
 def _service(var: str) -> str:
