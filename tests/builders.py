@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from contracts import MemoryWrite, utc_now
+from projections.evidence import RecallItem
 
 PURPOSE = "technical_writing"
 
@@ -27,3 +28,28 @@ def memory_write(subject: str = "alice", content: str = "Alice prefers short ans
 
 def later(days: float = 30) -> datetime:
     return utc_now() + timedelta(days=days)
+
+
+def recall_item(memory_id: str, score: float = 0.03, **fields: Any) -> RecallItem:
+    """A ``RecallItem`` of subject alice (an active, confirmed fact); keyword arguments
+    override or add fields."""
+    base: dict[str, Any] = {
+        "memory_id": memory_id,
+        "subject_id": "alice",
+        "kind": "fact",
+        "content": f"text of {memory_id}",
+        "score": score,
+        "status": "active",
+        "confirmed": True,
+        "confidence": 1.0,
+        "key": None,
+        "purpose": "p",
+        "scope": {"type": "subject", "id": "alice"},
+        "provenance": {"writer": "w", "written_at": "2026-11-29T10:00:00.123456Z", "derived_from": []},
+        "revision": 1,
+        "expires_at": None,
+        "sensitivity": "internal",
+        "needs_confirmation": False,
+        "matched_by": ["fts"],
+    }
+    return RecallItem(**(base | fields))

@@ -4,16 +4,14 @@ provenance each recalled item shows in text."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import typer
 
 from projections.erasure_report import ErasureReport, ErasureSummary
-from projections.evidence import RecallItem
 from projections.recall import RecallResult
 from projections.trace import StoreTrace, TraceReport, render_text
 from projections.wording import counted
+from tests.builders import recall_item
 from workers.cli import erase_target
 from workers.recall_text import render_recall, utc_text
 
@@ -105,29 +103,6 @@ def test_erasure_report_text_counts_requests_in_the_singular_and_plural() -> Non
 # -- recall text --------------------------------------------------------------------------
 
 
-def _item(memory_id: str, **fields: Any) -> RecallItem:
-    base: dict[str, Any] = {
-        "memory_id": memory_id,
-        "subject_id": "alice",
-        "kind": "fact",
-        "content": f"text of {memory_id}",
-        "score": 0.03,
-        "status": "active",
-        "confirmed": True,
-        "confidence": 1.0,
-        "key": None,
-        "purpose": "p",
-        "scope": {"type": "subject", "id": "alice"},
-        "provenance": {"writer": "w", "written_at": "2026-11-29T10:00:00.123456Z", "derived_from": []},
-        "revision": 1,
-        "expires_at": None,
-        "sensitivity": "internal",
-        "needs_confirmation": False,
-        "matched_by": ["fts"],
-    }
-    return RecallItem(**(base | fields))
-
-
 def test_recall_text_shows_writer_time_kind_confidence_scope_and_references() -> None:
     prov = {
         "writer": "support-agent",
@@ -138,7 +113,7 @@ def test_recall_text_shows_writer_time_kind_confidence_scope_and_references() ->
         "consent_ref": "c-9",
         "derived_from": [],
     }
-    item = _item(
+    item = recall_item(
         "m-1",
         kind="preference",
         confidence=0.6,
@@ -158,8 +133,8 @@ def test_recall_text_shows_writer_time_kind_confidence_scope_and_references() ->
 
 
 def test_recall_text_leaves_out_absent_references_and_shows_a_summarys_sources_with_theirs() -> None:
-    source = _item("m-src", provenance={"writer": "w", "written_at": "2026-11-29T09:00:00Z", "turn_id": "t-1"})
-    summary = _item(
+    source = recall_item("m-src", provenance={"writer": "w", "written_at": "2026-11-29T09:00:00Z", "turn_id": "t-1"})
+    summary = recall_item(
         "m-sum",
         kind="summary",
         confidence=0.7,

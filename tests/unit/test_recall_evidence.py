@@ -6,28 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from projections.evidence import RecallItem, group_summaries, one_per_key
+from tests.builders import recall_item
 
 
 def item(memory_id: str, score: float, kind: str = "fact", **fields: Any) -> RecallItem:
-    base: dict[str, Any] = {
-        "memory_id": memory_id,
-        "subject_id": "alice",
-        "kind": kind,
-        "content": memory_id,
-        "score": score,
-        "status": "active",
-        "confirmed": True,
-        "confidence": 1.0,
-        "key": None,
-        "purpose": "p",
-        "scope": {"type": "subject", "id": "alice"},
-        "provenance": {"writer": "w"},
-        "revision": 1,
-        "expires_at": None,
-        "sensitivity": "internal",
-        "needs_confirmation": False,
-    }
-    return RecallItem(**(base | fields))
+    return recall_item(memory_id, score, kind=kind, content=memory_id, **fields)
 
 
 def test_one_per_key_keeps_the_best_ranked_active_memory() -> None:
