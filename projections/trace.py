@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -46,11 +46,16 @@ class StoreTrace:
 
     ``status``: ``applied``, ``pending``, ``failed`` or (``dlq`` in Kafka only)
     ``reported``: letters kept in a queue that cannot be edited, listed in ``probe``.
-    ``applied_at``: ISO 8601 UTC of the receipt; ``log_partition``/``log_offset``: where the store read the erasure;
-    ``latency_s``: seconds from the request to the receipt. ``probe_found`` counts copies
-    of the erased memories the live probe found by memory id, ``fingerprint_found`` copies
-    of identical text found by content fingerprint (0 = absent; None = the store could
-    not be probed, or has no text to fingerprint).
+    ``applied_at``: ISO 8601 UTC of the receipt that counts (``projection``'s, a serving
+    version); ``log_partition``/``log_offset``: where the store read the erasure.
+    ``latency_s``: seconds from the request until the copies were gone: to that receipt,
+    or, when ``rebuilt`` (the serving version was created after the request, from a log
+    whose keys were already destroyed, so it never held the memories), to the last
+    receipt of the versions that existed at the request (``removed_by``, at
+    ``removed_at``; ``None`` when none of them left a receipt). ``probe_found`` counts
+    copies of the erased memories the live probe found by memory id,
+    ``fingerprint_found`` copies of identical text found by content fingerprint (0 =
+    absent; None = the store could not be probed, or has no text to fingerprint).
     """
 
     store: str
@@ -64,6 +69,10 @@ class StoreTrace:
     probe: str = ""
     fingerprint_found: int | None = None
     fingerprint_probe: str = "-"
+    projection: str | None = None
+    rebuilt: bool = False
+    removed_by: str | None = None
+    removed_at: str | None = None
 
 
 @dataclass
@@ -127,15 +136,7 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         if row is None:
             raise UnknownRequestError(request_id)
         subject, kind, ids, hmacs, by, reason, basis, requested_at, part, off = row
-        only = targets.receipt_projections
-        receipts = {
-            r[0]: r[1:]
-            for r in conn.execute(
-                "SELECT store, applied_at, log_partition, log_offset, items_removed FROM erasure_receipts"
-                " WHERE request_id = %s AND (%s::text[] IS NULL OR projection = ANY(%s::text[])) ORDER BY applied_at",
-                (request_id, None if only is None else list(only), None if only is None else list(only)),
-            ).fetchall()
-        }
+        receipts = _receipts(conn, request_id)
         found: dict[str, int | None] = {
             "facts": _count(conn, f"SELECT count(*) FROM {targets.facts_table} WHERE memory_id = ANY(%s)", ids),
             "history": _count(
@@ -189,15 +190,19 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
     found["vectors"], by_fingerprint["vectors"] = _probe_vectors(targets.index, subject, ids, set(hmacs))
     found["cache"], by_fingerprint["cache"] = _probe_cache(targets, subject, set(ids), set(hmacs))
     # the keys were destroyed in the transaction that recorded the request
-    receipts["log"] = (requested_at, part, off, len(ids))
+    log_receipt = _Receipt("log", requested_at, part, off, len(ids), None)
+    counted = targets.receipt_projections
     for store in STORES:
-        t = _store_trace(store, receipts.get(store), found.get(store), requested_at)
+        if store == "log":  # the ledger's own receipt always counts
+            t = _store_trace(store, [log_receipt], None, found.get(store), requested_at)
+        else:
+            t = _store_trace(store, receipts.get(store, []), counted, found.get(store), requested_at)
         if store in by_fingerprint:
             t.fingerprint_found = by_fingerprint[store]
             t.fingerprint_probe = _describe(by_fingerprint[store], "identical text")
         report.stores.append(t)
     if targets.dead_letters is not None:
-        report.stores.append(_dlq_trace(targets, scope_of(ids, kind, subject, source_ref), purged, receipts["log"]))
+        report.stores.append(_dlq_trace(targets, scope_of(ids, kind, subject, source_ref), purged, log_receipt))
     report.verdict = verdict_of(report.stores)
     return report
 
@@ -209,17 +214,16 @@ def _dlq_purged(conn: psycopg.Connection, request_id: str) -> int:
     return 0 if row is None else int(row[0])
 
 
-def _dlq_trace(targets: TraceTargets, scope: ErasureScope, purged: int, request: Any) -> StoreTrace:
+def _dlq_trace(targets: TraceTargets, scope: ErasureScope, purged: int, request: _Receipt) -> StoreTrace:
     """The ``dlq`` row: purged at the request (in its transaction, like the keys), and a
     live probe for letters of the erasure still there."""
     assert targets.dead_letters is not None
-    requested_at, part, off, _ = request
     t = StoreTrace(
         store="dlq",
         status="pending",
-        applied_at=requested_at.isoformat(),
-        log_partition=part,
-        log_offset=off,
+        applied_at=request.applied_at.isoformat(),
+        log_partition=request.log_partition,
+        log_offset=request.log_offset,
         items_removed=purged,
         latency_s=0.0,
     )
@@ -270,14 +274,65 @@ def _describe(found: int | None, what: str = "") -> str:
     return f"{counted(found, 'copy', 'copies')}{' of ' + what if what else ''} found"
 
 
-def _store_trace(store: str, receipt: Any, found: int | None, requested_at: datetime) -> StoreTrace:
+class _Receipt(NamedTuple):
+    """One projection version's receipt; ``created_at``: when that version was created
+    (``None`` for the log, or when the registry does not know the version)."""
+
+    projection: str
+    applied_at: datetime
+    log_partition: int
+    log_offset: int
+    items_removed: int
+    created_at: datetime | None
+
+
+def _receipts(conn: psycopg.Connection, request_id: str) -> dict[str, list[_Receipt]]:
+    """Every receipt of the request by store, earliest first, with its version's creation time."""
+    registry = conn.execute("SELECT to_regclass('projection_versions')").fetchone() != (None,)
+    created = (
+        "(SELECT v.created_at FROM projection_versions v WHERE r.projection = v.name || '_v' || v.version)"
+        if registry
+        else "NULL::timestamptz"
+    )
+    rows = conn.execute(
+        "SELECT r.store, r.projection, r.applied_at, r.log_partition, r.log_offset, r.items_removed,"
+        f" {created} FROM erasure_receipts r WHERE r.request_id = %s ORDER BY r.applied_at",
+        (request_id,),
+    ).fetchall()
+    found: dict[str, list[_Receipt]] = {}
+    for store, *rest in rows:
+        found.setdefault(store, []).append(_Receipt(*rest))
+    return found
+
+
+def _latency(at: datetime, requested_at: datetime) -> float:
+    return round(max(0.0, (at - requested_at).total_seconds()), 3)
+
+
+def _store_trace(
+    store: str, receipts: list[_Receipt], counted_ids: tuple[str, ...] | None, found: int | None, requested_at: datetime
+) -> StoreTrace:
+    """A store's row: the first receipt of a version in ``counted_ids`` (any version when
+    ``None``) decides whether it applied the erasure; if that version was created after
+    the request, the latency is that of the versions that existed then."""
     t = StoreTrace(store=store, status="pending", probe_found=found)
     t.probe = _describe(found)
-    if receipt is not None:
-        applied_at, part, off, items = receipt
-        t.applied_at, t.log_partition, t.log_offset, t.items_removed = applied_at.isoformat(), part, off, items
-        t.latency_s = round(max(0.0, (applied_at - requested_at).total_seconds()), 3)
-        t.status = "applied" if found == 0 else ("failed" if found else "pending")
+    counting = [r for r in receipts if counted_ids is None or r.projection in counted_ids]
+    if not counting:
+        return t
+    receipt = counting[0]
+    t.projection = None if store == "log" else receipt.projection
+    t.applied_at, t.log_partition = receipt.applied_at.isoformat(), receipt.log_partition
+    t.log_offset, t.items_removed = receipt.log_offset, receipt.items_removed
+    t.latency_s = _latency(receipt.applied_at, requested_at)
+    t.status = "applied" if found == 0 else ("failed" if found else "pending")
+    if receipt.created_at is not None and receipt.created_at > requested_at:
+        t.rebuilt, t.latency_s = True, None
+        existed = [r for r in receipts if r.created_at is not None and r.created_at <= requested_at]
+        if existed:
+            last = existed[-1]
+            t.removed_by, t.removed_at = last.projection, last.applied_at.isoformat()
+            t.latency_s = _latency(last.applied_at, requested_at)
     return t
 
 
@@ -330,8 +385,17 @@ def render_text(report: TraceReport) -> str:
             f"{s.store:<10} {s.status:<8} {s.applied_at or '-':<33} {_dash(s.log_offset):>7} "
             f"{_dash(s.items_removed):>7} {_dash(s.latency_s):>9}  {s.probe}; {s.fingerprint_probe}"
         )
-    lines += ["", f"verdict: {report.verdict}"]
+    notes = [rebuilt_note(s) for s in report.stores if s.rebuilt]
+    lines += ["", *notes, *([""] if notes else []), f"verdict: {report.verdict}"]
     return "\n".join(lines)
+
+
+def rebuilt_note(s: StoreTrace) -> str:
+    """Why a rebuilt store's latency is not its receipt's (see ``StoreTrace``)."""
+    head = f"{s.store}: {s.projection} was rebuilt after the request (it never held the memories)"
+    if s.removed_by is None:
+        return f"{head}; no receipt from the versions that existed at the request"
+    return f"{head}; the copies that existed were gone when {s.removed_by} applied it at {s.removed_at}"
 
 
 def _dash(value: object) -> str:

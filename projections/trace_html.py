@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape
 
-from projections.trace import StoreTrace, TraceReport
+from projections.trace import StoreTrace, TraceReport, rebuilt_note
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem; color: #1b1f23; }
@@ -33,7 +33,8 @@ _NOTE = (
     "Probes are live checks made when this report was produced. By memory id: copies of the erased memories "
     "(any copy fails the store). By content fingerprint: copies of identical text under any id, which other, "
     "unerased memories may hold; a copy of an erased memory is also found by id. Latency: seconds from the "
-    "request to the store's receipt."
+    "request to the store's receipt; for a store rebuilt after the request, to the receipt of the version that "
+    "held the copies."
 )
 
 
@@ -74,6 +75,7 @@ def render_html(report: TraceReport) -> str:
         ("Log position", f"partition {_v(report.log_partition)}, offset {_v(report.log_offset)}"),
     ]
     verdict = escape(report.verdict, quote=True)
+    rebuilt = [s for s in report.stores if s.rebuilt]
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -90,6 +92,7 @@ def render_html(report: TraceReport) -> str:
         "</tr></thead><tbody>",
         *(_store_row(s) for s in report.stores),
         "</tbody></table>",
+        *(f'<p class="note" data-rebuilt="{_v(s.store)}">{_v(rebuilt_note(s))}</p>' for s in rebuilt),
         f'<p class="note">{escape(_NOTE)}</p>',
         "</body></html>",
     ]

@@ -18,7 +18,8 @@ from projections import versions
 from projections.embedding import Embedder, build_embedder
 from projections.errors import VersionError
 from projections.qdrant_client_index import QdrantClientIndex
-from projections.trace import trace
+from projections.trace import render_text, trace
+from projections.trace_html import render_html
 from projections.verify import verify_postgres
 from tests.builders import PURPOSE, memory_write
 from tests.integration.conftest import local_settings
@@ -223,6 +224,37 @@ def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire
     svc.catch_up()
     assert after in recalled(svc, "kettle Sundays")
     assert [p.id for p in svc.live_projections() if p.name == "facts"] == ["facts_v2"]
+
+
+def test_trace_after_a_rebuild_keeps_the_latency_of_the_version_that_held_the_copies(svc: Services) -> None:
+    """A version created after the erasure never held the memory: its receipt (written
+    at rebuild time) decides the status, but the latency stays the old version's."""
+    victim = write(svc, "Alice's bike lock code is 8812 heron")
+    svc.catch_up()
+    request = svc.ledger.erase(
+        svc.principal(), EraseMemories(subject_id="alice", memory_ids=(victim,), reason="asked")
+    ).request_id
+    svc.catch_up()
+    [(v1_at,)] = rows(
+        svc,
+        "SELECT applied_at FROM erasure_receipts WHERE request_id = %s AND projection = 'facts_v1' AND store = 'facts'",
+        request,
+    )
+    rebuild(svc, "facts", 2)
+    report = trace(svc.pool, request, svc.trace_targets())
+    assert report.verdict == "complete"
+    by_store = {s.store: s for s in report.stores}
+    facts = by_store["facts"]
+    assert (facts.projection, facts.rebuilt, facts.removed_by) == ("facts_v2", True, "facts_v1")
+    assert facts.status == "applied" and facts.applied_at is not None and facts.applied_at > v1_at.isoformat()
+    requested = rows(svc, "SELECT requested_at FROM erasure_requests WHERE request_id = %s", request)[0][0]
+    assert facts.latency_s == round((v1_at - requested).total_seconds(), 3)
+    assert by_store["history"].rebuilt and by_store["history"].removed_by == "facts_v1"
+    vectors = by_store["vectors"]
+    assert (vectors.projection, vectors.rebuilt, vectors.removed_by) == ("vectors_v1", False, None)
+    text = render_text(report)
+    assert "facts: facts_v2 was rebuilt after the request" in text and "facts_v1 applied it at" in text
+    assert 'data-rebuilt="facts"' in render_html(report)
 
 
 class Recording:
