@@ -850,10 +850,8 @@ class Ledger:
         allow_inactive: bool = False,
     ) -> state.MemoryHead:
         head = state.lock_heads(conn, [memory_id]).get(memory_id)
-        if head is None:
+        if head is None or head.subject_id != subject_id:  # another subject's memory is not revealed
             raise UnknownMemoryError(memory_id, field_name)
-        if head.subject_id != subject_id:
-            raise InvalidCommandError("subject_id", f"memory {memory_id!r} belongs to another subject")
         if not allow_inactive and head.status not in state.ACTIVE_STATUSES:
             raise InvalidCommandError(field_name, f"memory {memory_id!r} is {head.status}")
         if not allow_inactive and head.expires_at is not None and head.expires_at <= self._clock():

@@ -208,12 +208,16 @@ def supersede(
     expires_at: str | None = None,
     basis: Annotated[str | None, typer.Option(help="default: the old memory's retention basis")] = None,
     consent_ref: Annotated[str | None, typer.Option(help="default: the old memory's consent reference")] = None,
+    turn_id: Annotated[str | None, typer.Option(help="the turn the replacement came from")] = None,
+    tool_call_id: Annotated[str | None, typer.Option(help="the tool call the replacement came from")] = None,
+    source_ref: Annotated[str | None, typer.Option(help="the document or system it came from")] = None,
     confirmed: bool = True,
     writer: str | None = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replace MEMORY_ID of SUBJECT with a new memory holding CONTENT. Options not given
-    are taken from the memory it replaces (the purpose and scope cannot change)."""
+    are taken from the memory it replaces (the purpose and scope cannot change), except
+    where the replacement came from (turn, tool call, source): it is a new statement."""
     with services() as svc:
         old = svc.ledger.head(svc.principal(), subject, memory_id)
         cmd = _memory_write(
@@ -227,6 +231,9 @@ def supersede(
             expires_at=expires_at,
             basis=basis or old.retention_basis,
             consent_ref=consent_ref or old.consent_ref,
+            turn_id=turn_id,
+            tool_call_id=tool_call_id,
+            source_ref=source_ref,
             confirmed=confirmed,
             writer=writer,
         )

@@ -162,3 +162,25 @@ def test_recall_text_shows_the_provenance_of_each_item(run: Run) -> None:
     assert "by support-agent at" in text and "confidence 0.60; scope subject; key answer_length" in text
     assert "turn turn-3; source crm; consent c-9" in text
     assert "scope document:guide" in text and "tool call t-7" in text
+
+
+# -- supersede and confirm --------------------------------------------------------------
+
+
+def test_supersede_records_where_the_replacement_came_from(run: Run) -> None:
+    old = write(run, "alice", "Alice uses Python 3.11", "--key", "python_version", "--turn-id", "t-1")
+    new = ok(
+        run, "supersede", old, "alice", "Alice uses Python 3.12",
+        "--turn-id", "t-9", "--tool-call-id", "call-4", "--source-ref", "pyproject", "--json",
+    )["memory_id"]  # fmt: skip
+    items = ok(run, "recall", "alice", "Python version", "--purpose", PURPOSE, "--json")["items"]
+    [replacement] = [i for i in items if i["memory_id"] == new]
+    assert replacement["key"] == "python_version"  # taken from the old memory
+    prov = replacement["provenance"]
+    assert (prov["turn_id"], prov["tool_call_id"], prov["source_ref"]) == ("t-9", "call-4", "pyproject")
+
+
+def test_another_subjects_memory_is_unknown_not_revealed(run: Run) -> None:
+    bobs = write(run, "bob", "Bob drinks tea")
+    err = refused(run, "confirm", "alice", bobs)
+    assert f"no memory {bobs!r} of this subject" in err and "another subject" not in err
