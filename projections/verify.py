@@ -75,6 +75,7 @@ from projections.facts import schema_sql as facts_schema_sql
 from projections.summaries import SummariesProjection
 from projections.summaries import schema_sql as summaries_schema_sql
 from projections.vector_index import VectorIndex, VectorPoint
+from projections.wording import counted
 
 VERIFIABLE = ("facts", "summaries", "vectors")
 """The projections ``verify`` can check."""
@@ -189,11 +190,11 @@ class VerifyReport:
     def render(self) -> str:
         """Human-readable lines: the verdict, then one line per difference."""
         at = ", ".join(f"p{p}@{o}" for p, o in sorted(self.positions.items())) or "nothing applied"
-        verdict = "OK" if self.ok else f"{len(self.differences)} difference(s)"
+        verdict = "OK" if self.ok else counted(len(self.differences), "difference")
         lines = [
-            f"{self.projection}: {verdict}; folded {self.events_folded} events up to {at}"
-            f" ({self.records_skipped} skipped as dead letters); {self.subjects} subjects,"
-            f" {self.subjects_differing} differing; {self.rows_compared} rows compared",
+            f"{self.projection}: {verdict}; folded {counted(self.events_folded, 'event')} up to {at}"
+            f" ({self.records_skipped} skipped as dead letters); {counted(self.subjects, 'subject')},"
+            f" {self.subjects_differing} differing; {counted(self.rows_compared, 'row')} compared",
             f"  compared: {self.compared}",
         ]
         for d in self.differences:
