@@ -56,6 +56,7 @@ from ledger.eventlog import EventLog, LogPosition
 from ledger.pgschema import vacuum
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
+from ledger.retry import retry_aborted
 from ledger.summariser import ExtractiveSummariser, Summariser
 from ledger.tombstone_log import Tombstone, TombstoneLog
 
@@ -166,6 +167,7 @@ class Ledger:
         """
         return self.write_many(principal, [cmd], correlation_id)[0]
 
+    @retry_aborted
     def write_many(
         self, principal: Principal, cmds: Sequence[MemoryWrite], correlation_id: str | None = None
     ) -> list[CommandResult]:
@@ -185,6 +187,7 @@ class Ledger:
             start += len(events)
         return results
 
+    @retry_aborted
     def supersede(
         self, principal: Principal, memory_id: str, cmd: MemoryWrite, correlation_id: str | None = None
     ) -> CommandResult:
@@ -241,6 +244,7 @@ class Ledger:
             raise UnknownMemoryError(memory_id, "memory_id")
         return found
 
+    @retry_aborted
     def confirm(self, principal: Principal, subject_id: str, memory_id: str) -> CommandResult:
         """The subject confirmed ``memory_id``: it becomes ``active``, and every other
         live memory of its slot (a conflict it was part of) is superseded by it.
@@ -257,6 +261,7 @@ class Ledger:
             positions = self._append(events)
         return CommandResult(tuple(events), tuple(positions), memory_id=memory_id)
 
+    @retry_aborted
     def revoke_consent(self, principal: Principal, cmd: RevokeConsent) -> CommandResult:
         """Withdraw consent by ``consent_ref`` or purpose: every covered live memory, and
         every memory derived from one, becomes ``revoked``. Their data keys are destroyed
@@ -312,6 +317,7 @@ class Ledger:
         self._vacuum_keys()
         return CommandResult(tuple(events), tuple(positions), affected=tuple(r.memory_id for r in affected))
 
+    @retry_aborted
     def sweep(self, principal: Principal, now: datetime | None = None) -> list[CommandResult]:
         """Enforce retention at ``now`` (UTC, default the clock), per subject the
         principal may write:
@@ -355,6 +361,7 @@ class Ledger:
             self._vacuum_keys()
         return results
 
+    @retry_aborted
     def redact(self, principal: Principal, subject_id: str, cmd: RedactMemory) -> CommandResult:
         """Replace a memory's text with ``cmd.replacement`` under a new data key (the old
         text's key is destroyed); summaries derived from it are regenerated with the new
@@ -408,6 +415,7 @@ class Ledger:
         self._vacuum_keys()
         return CommandResult(tuple(events), tuple(positions), memory_id=cmd.memory_id)
 
+    @retry_aborted
     def erase(self, principal: Principal, cmd: EraseMemories, correlation_id: str | None = None) -> CommandResult:
         """Erase memories (and every memory derived from them): destroy their data keys,
         record tombstones (in the table and, in the distributed mode, on the compacted
