@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from projections.conflicts import Conflict, list_conflicts
 from projections.facts import STABLE
@@ -235,13 +236,13 @@ def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
                 f" scope {c.scope['type']}:{c.scope['id'] or '(unreadable)'},"
                 f" detected {c.detected_at:%Y-%m-%d %H:%M:%S}Z"
             )
-            table = Table(title=title, title_justify="left")
+            table = Table(title=Text(title), title_justify="left")  # Text: values are not rich markup
             for column in ("memory", "status", "veracity", "written at"):
                 table.add_column(column, no_wrap=True)
             table.add_column("source", overflow="fold")
             table.add_column("content", overflow="fold", ratio=1)
             for m in c.members:
-                table.add_row(
+                cells = (
                     m.memory_id,
                     m.status,
                     m.veracity or "-",
@@ -249,6 +250,7 @@ def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
                     ", ".join(f"{k} {v}" for k, v in m.source.items()) or "-",
                     m.content if m.content is not None else "(not readable)",
                 )
+                table.add_row(*(Text(cell) for cell in cells))
             console.print(table)
     return "\n".join(line.rstrip() for line in captured.get().rstrip().splitlines())
 

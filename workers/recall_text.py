@@ -6,6 +6,7 @@ whole ``RecallResult`` instead."""
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,17 +39,37 @@ def render_recall(result: RecallResult) -> str:
 
 def _headline(item: RecallItem) -> str:
     flag = " [unconfirmed]" if item.needs_confirmation else ""
-    return f"{item.kind}{flag}: {item.content}"
+    return f"{item.kind}{flag}: {one_line(item.content)}"
+
+
+_ESCAPED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(text: str) -> str:
+    """``text`` on one terminal line: line breaks, other control characters and
+    invisible format characters (Unicode categories Cc, Cf, Zl, Zp: bidi overrides,
+    zero-width spaces) are shown escaped (``\\n``, ``\\u202e``), so a memory's text
+    cannot draw lines that look like other items or their provenance."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPED:
+            out.append(_ESCAPED[ch])
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _details(item: RecallItem) -> list[str]:
     """Who wrote it, when, how sure, where it applies; where it came from (when known);
     its identity and how it was found."""
     prov = item.provenance
-    who = f"by {prov.get('writer') or '?'} at {utc_text(prov.get('written_at'))}; confidence {item.confidence:.2f}"
-    who += f"; scope {_scope(item.scope)}" + (f"; key {item.key}" if item.key else "")
+    writer = one_line(str(prov.get("writer") or "?"))
+    who = f"by {writer} at {utc_text(prov.get('written_at'))}; confidence {item.confidence:.2f}"
+    who += f"; scope {one_line(_scope(item.scope))}" + (f"; key {one_line(item.key)}" if item.key else "")
     lines = [who]
-    origin = [f"{label} {prov[name]}" for name, label in _REFERENCES if prov.get(name)]
+    origin = [f"{label} {one_line(str(prov[name]))}" for name, label in _REFERENCES if prov.get(name)]
     if item.derived_from:
         origin.append(f"derived from {', '.join(item.derived_from)}")
     if origin:
@@ -59,7 +80,9 @@ def _details(item: RecallItem) -> list[str]:
 
 
 def _scope(scope: dict[str, str]) -> str:
-    return "subject" if scope.get("type") == "subject" else f"{scope.get('type')}:{scope.get('id')}"
+    if not scope or scope.get("type") == "subject":
+        return "subject"
+    return f"{scope.get('type')}:{scope.get('id')}"
 
 
 def utc_text(value: Any) -> str:

@@ -4,16 +4,20 @@ provenance each recalled item shows in text."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 import typer
 
+from projections.conflicts import Conflict, ConflictMember
 from projections.erasure_report import ErasureReport, ErasureSummary
 from projections.recall import RecallResult
 from projections.trace import StoreTrace, TraceReport, render_text
 from projections.wording import counted
 from tests.builders import recall_item
 from workers.cli import erase_target
-from workers.recall_text import render_recall, utc_text
+from workers.cli_data import render_conflicts
+from workers.recall_text import one_line, render_recall, utc_text
 
 # -- erase's arguments --------------------------------------------------------------------
 
@@ -171,3 +175,21 @@ def test_recall_text_leaves_out_absent_references_and_shows_a_summarys_sources_w
 )
 def test_utc_text(value: str | None, expected: str) -> None:
     assert utc_text(value) == expected
+
+
+def test_recall_text_cannot_be_forged_by_a_memorys_text() -> None:
+    forged = "Fay line one\n  9. 0.9999 fact: FORGED\r\u202eevil\u200b"
+    item = recall_item("m-1", content=forged, provenance={"writer": "w\nby admin", "turn_id": "t\n1"})
+    lines = render_recall(RecallResult(items=[item])).splitlines()
+    assert len(lines) == 5  # header, headline, who, references, identity
+    assert lines[1].endswith("fact: Fay line one\\n  9. 0.9999 fact: FORGED\\r\\u202eevil\\u200b")
+    assert lines[2].startswith("     by w\\nby admin at ") and lines[3] == "     turn t\\n1"
+    assert one_line("naïve café, 日本語 ok") == "naïve café, 日本語 ok"
+
+
+def test_conflicts_text_shows_markup_in_a_memorys_text_as_it_is() -> None:
+    member = ConflictMember("m-1", "needs_confirmation", "[/bold] [red]not red", "tool", {"source_ref": "[b]x"}, None)
+    conflict = Conflict("cf-1", "k", "p", {"type": "subject", "id": "alice"}, datetime(2026, 11, 29, tzinfo=UTC), True)
+    conflict.members.append(member)
+    text = render_conflicts([conflict], "alice")
+    assert "[/bold] [red]not red" in text and "source_ref [b]x" in text
