@@ -211,7 +211,12 @@ def supersede(
     turn_id: Annotated[str | None, typer.Option(help="the turn the replacement came from")] = None,
     tool_call_id: Annotated[str | None, typer.Option(help="the tool call the replacement came from")] = None,
     source_ref: Annotated[str | None, typer.Option(help="the document or system it came from")] = None,
-    confirmed: bool = True,
+    derived_from: Annotated[
+        list[str] | None, typer.Option(help="memory id (repeat); default: the old memory's sources")
+    ] = None,
+    confirmed: Annotated[
+        bool | None, typer.Option("--confirmed/--unconfirmed", help="default: confirmed if the old memory is active")
+    ] = None,
     writer: str | None = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -234,7 +239,8 @@ def supersede(
             turn_id=turn_id,
             tool_call_id=tool_call_id,
             source_ref=source_ref,
-            confirmed=confirmed,
+            derived_from=list(old.derived_from) if derived_from is None else derived_from,
+            confirmed=old.status == "active" if confirmed is None else confirmed,
             writer=writer,
         )
         r = svc.ledger.supersede(svc.principal(), memory_id, cmd)

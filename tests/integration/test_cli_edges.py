@@ -184,3 +184,14 @@ def test_another_subjects_memory_is_unknown_not_revealed(run: Run) -> None:
     bobs = write(run, "bob", "Bob drinks tea")
     err = refused(run, "confirm", "alice", bobs)
     assert f"no memory {bobs!r} of this subject" in err and "another subject" not in err
+
+
+def test_supersede_of_an_inference_keeps_its_sources_and_leaves_it_unconfirmed(run: Run) -> None:
+    source = write(run, "dana", "Dana lives in France")
+    guess = write(run, "dana", "Dana probably lives in Lyon", "--kind", "inference", "--derived-from", source)
+    out = ok(run, "supersede", guess, "dana", "Dana probably lives in Lille", "--json")
+    assert [e["type"] for e in out["events"]][:2] == ["MemoryWritten", "MemorySuperseded"]
+    items = ok(run, "recall", "dana", "Lille", "--purpose", PURPOSE, "--include-unconfirmed", "--json")["items"]
+    [replacement] = [i for i in items if i["memory_id"] == out["memory_id"]]
+    assert replacement["provenance"]["derived_from"] == [source]
+    assert replacement["needs_confirmation"]  # the guess it replaced was not confirmed either
