@@ -75,8 +75,8 @@ def admit_revocation(conn: psycopg.Connection, cmd: RevokeConsent) -> None:
     """Check that each of ``cmd.consent_ref`` and ``cmd.purpose`` that is given names
     something of the subject: a memory written under it (of any status, derived ones
     included; a memory whose keys were destroyed no longer knows its consent reference,
-    only its purpose) or a consent already withdrawn. A withdrawal is permanent, so a typo would block future writes;
-    ``cmd.allow_unmatched`` skips the check.
+    only its purpose) or a consent already withdrawn. A withdrawal is permanent, so a
+    typo would block future writes; ``cmd.allow_unmatched`` skips the check.
 
     Raises:
         InvalidCommandError: ``consent_ref`` or ``purpose`` matches nothing.

@@ -36,20 +36,18 @@ RETRIED = (errors.DeadlockDetected, errors.SerializationFailure)
 
 def retry_aborted(func: Callable[P, R]) -> Callable[P, R]:
     """Run ``func`` again (at most ``ATTEMPTS`` times in all) when PostgreSQL aborted
-    its transaction with a deadlock or serialization failure; the last failure is
-    raised as it is. ``func`` must do all of its database work in one transaction that
-    it opens itself."""
+    its transaction with a deadlock or serialization failure; the last attempt's failure
+    is raised as it is. ``func`` must be safe to run again after such a failure: what it
+    committed before (a sweep commits subject by subject) is simply found done."""
 
     @functools.wraps(func)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        for attempt in range(1, ATTEMPTS + 1):
+        for attempt in range(1, ATTEMPTS):
             try:
                 return func(*args, **kwargs)
             except RETRIED as exc:
-                if attempt == ATTEMPTS:
-                    raise
                 log.warning("%s: %s; running it again (attempt %d)", func.__name__, exc.sqlstate, attempt + 1)
                 time.sleep(random.uniform(0, BACKOFF_S * attempt))
-        raise AssertionError("unreachable")
+        return func(*args, **kwargs)
 
     return run

@@ -28,27 +28,21 @@ def test_a_deadlocked_command_runs_again_and_returns_its_result() -> None:
     assert command(21) == 42 and calls == [21, 21, 21]
 
 
-def test_the_last_failure_is_raised_after_every_attempt() -> None:
+@pytest.mark.parametrize(
+    ("error", "runs"),
+    [
+        (errors.SerializationFailure("could not serialize access"), retry.ATTEMPTS),  # retried, then raised
+        (errors.UniqueViolation("duplicate key"), 1),  # not retried
+    ],
+)
+def test_the_failure_is_raised_after_the_last_attempt_or_at_once_if_not_retried(error: Exception, runs: int) -> None:
     calls: list[None] = []
 
     @retry_aborted
     def command() -> None:
         calls.append(None)
-        raise errors.SerializationFailure("could not serialize access")
+        raise error
 
-    with pytest.raises(errors.SerializationFailure):
+    with pytest.raises(type(error)):
         command()
-    assert len(calls) == retry.ATTEMPTS
-
-
-def test_other_errors_are_not_retried() -> None:
-    calls: list[None] = []
-
-    @retry_aborted
-    def command() -> None:
-        calls.append(None)
-        raise errors.UniqueViolation("duplicate key")
-
-    with pytest.raises(errors.UniqueViolation):
-        command()
-    assert len(calls) == 1
+    assert len(calls) == runs
