@@ -63,7 +63,8 @@ def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
             raise InvalidCommandError(
                 "source_ref",
                 f"no memory of {cmd.subject_id!r} names {ref!r} as its turn_id, tool_call_id or source_ref"
-                " (an erased memory keeps no provenance references)",
+                " (a memory whose keys are destroyed, by erasure, revocation or expiry, keeps no provenance"
+                " references: erase it by id)",
             )
         targets = [h.memory_id for h in heads if h.status != "erased"]
         if not targets:
