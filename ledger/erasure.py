@@ -188,4 +188,3 @@ def restore_requests(conn: psycopg.Connection, log: EventLog) -> int:
         if not missing:
             break
     return found
-

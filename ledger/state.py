@@ -370,9 +370,7 @@ def mark_keys_destroyed(conn: psycopg.Connection, memory_ids: Sequence[str], at:
     """Record that the data keys of these memories are gone: their sealed copy and their
     personal fields are dropped from the head table too (``forget_personal``), so the
     head keeps nothing the log can no longer show."""
-    conn.execute(
-        "UPDATE ledger_memories SET keys_destroyed_at = %s WHERE memory_id = ANY(%s)", (at, list(memory_ids))
-    )
+    conn.execute("UPDATE ledger_memories SET keys_destroyed_at = %s WHERE memory_id = ANY(%s)", (at, list(memory_ids)))
     forget_personal(conn, memory_ids)
 
 
