@@ -48,6 +48,10 @@ FACTS_V1 = FactsTables(1)
 """The facts tables recall reads by default."""
 
 RANKERS = ("fts", "vector", "summary_fts")
+
+MAX_QUERY_CHARS = 4096
+"""The longest query recall accepts, in characters: a task description, not a document
+(PostgreSQL's full-text query parser runs out of stack on some 20,000 words)."""
 """Ranker names, in the order of the rankings fused (``RecallItem.matched_by``)."""
 
 
@@ -170,7 +174,8 @@ class Recall:
         Raises:
             NotAuthorisedError: no ``read`` grant for ``subject_id``.
             RecallError: ``now`` naive, ``k`` outside 1..1000, empty ``query`` or
-                ``purpose``, or a malformed scope key.
+                ``purpose``, a ``query`` longer than ``MAX_QUERY_CHARS``, or a malformed
+                scope key.
         """
         principal.require("read", subject_id)
         if now.tzinfo is None or now.utcoffset() is None:
@@ -179,6 +184,8 @@ class Recall:
             raise RecallError("k", "must be between 1 and 1000")
         if not query.strip():
             raise RecallError("query", "must not be empty")
+        if len(query) > MAX_QUERY_CHARS:
+            raise RecallError("query", f"is {len(query)} characters; at most {MAX_QUERY_CHARS} are accepted")
         if not purpose.strip():
             raise RecallError("purpose", "must not be empty")
         for sk in scope_keys:

@@ -1,9 +1,31 @@
-"""Counts in the text the commands print: ``1 memory``, ``2 memories``."""
+"""Words in the text the commands print: counts (``1 memory``, ``2 memories``), and stored
+text shown on one line."""
 
 from __future__ import annotations
+
+import unicodedata
 
 
 def counted(n: int, singular: str, plural: str | None = None) -> str:
     """``n`` and the noun agreeing with it: ``counted(1, "memory", "memories")`` is
     ``1 memory``; ``plural`` defaults to ``singular`` + ``s``."""
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+_ESCAPED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(text: str) -> str:
+    """``text`` on one terminal line: line breaks, other control characters and
+    invisible format characters (Unicode categories Cc, Cf, Zl, Zp: bidi overrides,
+    zero-width spaces) are shown escaped (``\\n``, ``\\u202e``), so a memory's text
+    cannot draw lines that look like other items or their provenance."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPED:
+            out.append(_ESCAPED[ch])
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)

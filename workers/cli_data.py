@@ -15,6 +15,7 @@ from rich.text import Text
 
 from projections.conflicts import Conflict, list_conflicts
 from projections.facts import STABLE
+from projections.wording import one_line
 from workers.cliutil import STATE, emit, project_if_embedded, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -236,7 +237,7 @@ def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
                 f" scope {c.scope['type']}:{c.scope['id'] or '(unreadable)'},"
                 f" detected {c.detected_at:%Y-%m-%d %H:%M:%S}Z"
             )
-            table = Table(title=Text(title), title_justify="left")  # Text: values are not rich markup
+            table = Table(title=Text(one_line(title)), title_justify="left")  # Text: values are not rich markup
             for column in ("memory", "status", "veracity", "written at"):
                 table.add_column(column, no_wrap=True)
             table.add_column("source", overflow="fold")
@@ -250,7 +251,7 @@ def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
                     ", ".join(f"{k} {v}" for k, v in m.source.items()) or "-",
                     m.content if m.content is not None else "(not readable)",
                 )
-                table.add_row(*(Text(cell) for cell in cells))
+                table.add_row(*(Text(one_line(cell)) for cell in cells))
             console.print(table)
     return "\n".join(line.rstrip() for line in captured.get().rstrip().splitlines())
 

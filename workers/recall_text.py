@@ -6,13 +6,12 @@ whole ``RecallResult`` instead."""
 
 from __future__ import annotations
 
-import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
 from projections.evidence import RecallItem
 from projections.recall import RecallResult
-from projections.wording import counted
+from projections.wording import counted, one_line
 
 _REFERENCES = (("turn_id", "turn"), ("tool_call_id", "tool call"), ("source_ref", "source"), ("consent_ref", "consent"))
 """Provenance references shown when present, with their labels, in this order."""
@@ -40,25 +39,6 @@ def render_recall(result: RecallResult) -> str:
 def _headline(item: RecallItem) -> str:
     flag = " [unconfirmed]" if item.needs_confirmation else ""
     return f"{item.kind}{flag}: {one_line(item.content)}"
-
-
-_ESCAPED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def one_line(text: str) -> str:
-    """``text`` on one terminal line: line breaks, other control characters and
-    invisible format characters (Unicode categories Cc, Cf, Zl, Zp: bidi overrides,
-    zero-width spaces) are shown escaped (``\\n``, ``\\u202e``), so a memory's text
-    cannot draw lines that look like other items or their provenance."""
-    out = []
-    for ch in text:
-        if ch in _ESCAPED:
-            out.append(_ESCAPED[ch])
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def _details(item: RecallItem) -> list[str]:

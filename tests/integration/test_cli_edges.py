@@ -195,3 +195,9 @@ def test_supersede_of_an_inference_keeps_its_sources_and_leaves_it_unconfirmed(r
     [replacement] = [i for i in items if i["memory_id"] == out["memory_id"]]
     assert replacement["provenance"]["derived_from"] == [source]
     assert replacement["needs_confirmation"]  # the guess it replaced was not confirmed either
+
+
+def test_a_query_longer_than_the_limit_is_refused_naming_the_field(run: Run) -> None:
+    write(run, "alice", "Alice likes tea")
+    err = refused(run, "recall", "alice", "tea " * 1250, "--purpose", PURPOSE)
+    assert "query: is 5000 characters; at most 4096 are accepted" in err

@@ -13,11 +13,11 @@ from projections.conflicts import Conflict, ConflictMember
 from projections.erasure_report import ErasureReport, ErasureSummary
 from projections.recall import RecallResult
 from projections.trace import StoreTrace, TraceReport, render_text
-from projections.wording import counted
+from projections.wording import counted, one_line
 from tests.builders import recall_item
 from workers.cli import erase_target
 from workers.cli_data import render_conflicts
-from workers.recall_text import one_line, render_recall, utc_text
+from workers.recall_text import render_recall, utc_text
 
 # -- erase's arguments --------------------------------------------------------------------
 
@@ -193,3 +193,15 @@ def test_conflicts_text_shows_markup_in_a_memorys_text_as_it_is() -> None:
     conflict.members.append(member)
     text = render_conflicts([conflict], "alice")
     assert "[/bold] [red]not red" in text and "source_ref [b]x" in text
+
+
+def test_conflicts_text_shows_invisible_and_control_characters_escaped() -> None:
+    source = {"source_ref": "doc\u2067x"}
+    member = ConflictMember("m-1", "needs_confirmation", "claim C \u202eRLO\r", "tool", source, None)
+    conflict = Conflict(
+        "cf-1", "b\u202eidi", "p", {"type": "subject", "id": "alice"}, datetime(2026, 11, 29, tzinfo=UTC), True
+    )
+    conflict.members.append(member)
+    text = render_conflicts([conflict], "alice")
+    assert "key b\\u202eidi" in text and "claim C \\u202eRLO\\r" in text and "doc\\u2067x" in text
+    assert not any(ch in text for ch in "\u202e\u2067\r")
