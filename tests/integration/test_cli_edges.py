@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from workers import cli
+from workers.cli import root as cli
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from workers.cli import app
+from workers.cli.root import app
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ from projections.recall import RecallResult
 from projections.trace import StoreTrace, TraceReport, render_text
 from projections.wording import counted, one_line
 from tests.builders import recall_item
-from workers.cli import erase_target
-from workers.cli_data import render_conflicts
-from workers.recall_text import render_recall, utc_text
+from workers.cli.data import render_conflicts
+from workers.cli.recall_text import render_recall, utc_text
+from workers.cli.root import erase_target
 
 # -- erase's arguments --------------------------------------------------------------------
 

@@ -49,9 +49,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("module", [kafka_log, tombstone_log])
-def test_when_the_consumer_cannot_be_built_the_producer_is_closed(
-    monkeypatch: pytest.MonkeyPatch, module: Any
-) -> None:
+def test_when_the_consumer_cannot_be_built_the_producer_is_closed(monkeypatch: pytest.MonkeyPatch, module: Any) -> None:
     monkeypatch.setattr(module, "KafkaConsumer", UnreachableConsumer)
     with pytest.raises(EventLogError, match="cannot reach Kafka"):
         if module is kafka_log:

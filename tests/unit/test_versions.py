@@ -19,7 +19,7 @@ from projections.recall import Recall, ServingStores
 from projections.vector_index import VectorFilter, VectorHit
 from projections.versions import EmbedderSpec, VersionInfo
 from workers.bootstrap import vector_query_url
-from workers.cli_versions import _eta, _name
+from workers.cli.versions import _eta, _name
 from workers.settings import Settings
 from workers.versioning import _progress_of
 

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from projections import versions
 from projections.embedding import build_embedder
-from workers.cliutil import emit, services
+from workers.cli.util import emit, services
 from workers.versioning import RebuildProgress, rebuild, retire, rollback
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]

@@ -1,4 +1,5 @@
-"""``memledger``: the command line of memory-ledger.
+"""``memledger``: the command line of memory-ledger (the app and the memory commands;
+the other commands are registered from the modules of this package).
 
 Commands that change memories append events and return once the log has them; in the
 embedded mode the projections then run in-process before the command returns. Errors
@@ -37,8 +38,9 @@ from ledger.service import CommandResult
 from projections.errors import ProjectionError
 from projections.vector_index import VectorIndexError
 from projections.wording import counted
-from workers import cliutil, interrupts
-from workers.cliutil import emit, parse_scope, parse_time, project_if_embedded, services
+from workers import interrupts
+from workers.cli import util as cliutil
+from workers.cli.util import emit, parse_scope, parse_time, project_if_embedded, services
 
 app = typer.Typer(
     help="memory-ledger: an event-sourced memory ledger for AI agents.",
@@ -404,14 +406,12 @@ def sweep(
     )
 
 
-from workers import (  # noqa: E402  (registers the other commands)
-    cli_data,
-    cli_erasure,
-    cli_eval,
-    cli_ops,
-    cli_verify,
-    cli_versions,
-)
+from workers.cli import data as cli_data  # noqa: E402  (registers the other commands)
+from workers.cli import erasure as cli_erasure  # noqa: E402
+from workers.cli import evaluation as cli_eval  # noqa: E402
+from workers.cli import ops as cli_ops  # noqa: E402
+from workers.cli import verify as cli_verify  # noqa: E402
+from workers.cli import versions as cli_versions  # noqa: E402
 
 cli_ops.register(app)
 cli_versions.register(app)

@@ -1,5 +1,5 @@
 """Operational commands: recall, trace, lag, dlq, worker (replay and the other version
-commands: :mod:`workers.cli_versions`)."""
+commands: :mod:`workers.cli.versions`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from projections import versions
 from projections.trace import render_text, to_json, trace
 from projections.trace_html import render_html
 from workers.bootstrap import PROJECTION_NAMES
-from workers.cliutil import emit, parse_time, project_if_embedded, services, warn
-from workers.recall_text import render_recall
+from workers.cli.recall_text import render_recall
+from workers.cli.util import emit, parse_time, project_if_embedded, services, warn
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 

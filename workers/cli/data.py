@@ -16,7 +16,7 @@ from rich.text import Text
 from projections.conflicts import Conflict, list_conflicts
 from projections.facts import STABLE
 from projections.wording import one_line
-from workers.cliutil import STATE, emit, project_if_embedded, services
+from workers.cli.util import STATE, emit, project_if_embedded, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 bench_app = typer.Typer(

@@ -17,7 +17,7 @@ from ledger.service import new_id
 from projections.erasure_report import erasure_report
 from projections.tombstones import STORES, reapply_tombstones
 from projections.wording import counted
-from workers.cliutil import emit, parse_time, services
+from workers.cli.util import emit, parse_time, services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 

@@ -12,9 +12,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from workers import cliutil
 from workers.bootstrap import PROJECTION_NAMES, Services
-from workers.cliutil import emit, services, settings
+from workers.cli import util as cliutil
+from workers.cli.util import emit, services, settings
 
 eval_app = typer.Typer(
     help="Evaluations: scenario suites with measures per scenario and in total.", no_args_is_help=True

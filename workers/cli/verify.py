@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 import typer
 
 from projections.verify import VERIFIABLE, VerifyReport, verify_postgres, verify_vectors
-from workers.cli_data import progress_bar
-from workers.cliutil import services
+from workers.cli.data import progress_bar
+from workers.cli.util import services
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 
