@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from workers.bench import BenchTargets
-from workers.bench_replay import bench_replay, render
+from workers.bench.replay import bench_replay, render
 from workers.bootstrap import PROJECTION_NAMES
 
 pytestmark = pytest.mark.integration

@@ -406,7 +406,8 @@ def sweep(
     )
 
 
-from workers.cli import data as cli_data  # noqa: E402  (registers the other commands)
+from workers.cli import bench as cli_bench  # noqa: E402  (registers the other commands)
+from workers.cli import data as cli_data  # noqa: E402
 from workers.cli import erasure as cli_erasure  # noqa: E402
 from workers.cli import evaluation as cli_eval  # noqa: E402
 from workers.cli import ops as cli_ops  # noqa: E402
@@ -416,6 +417,7 @@ from workers.cli import versions as cli_versions  # noqa: E402
 cli_ops.register(app)
 cli_versions.register(app)
 cli_data.register(app)
+cli_bench.register(app)
 cli_eval.register(app)
 cli_erasure.register(app)
 cli_verify.register(app)

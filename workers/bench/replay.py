@@ -22,7 +22,6 @@ replay machinery, not MiniLM's ~125 texts/s on 2 cores); the local Qdrant engine
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,10 @@ from kafka import KafkaConsumer, TopicPartition
 from contracts import MemoryWrite, UnknownEventError, decode_event, utc_now
 from ledger.eventlog import EventLog
 from projections.runner import ProjectionRunner
-from workers.bench import BenchTargets, bench_environment, services_for
+from workers.bench.env import BenchTargets, Progress, bench_environment, services_for
+from workers.bench.figures import Figure
+from workers.bench.targets import target
 from workers.bootstrap import PROJECTION_NAMES, Services
-
-Progress = Callable[[str, int, int], None]
 
 READ_BATCH = 500
 """Records per ``EventLog.read`` call in the replays."""
@@ -221,3 +220,29 @@ def render(out: dict[str, Any]) -> str:
     for name, p in both["projections"].items():
         lines.append(f"    {name:<27} {p['events_per_s']:>10} events/s  ({p['seconds']} s in its runner)")
     return "\n".join(lines)
+
+
+def replay_figures(out: dict[str, Any]) -> list[Figure]:
+    """The replay figures of ``bench_replay``'s result, each next to the raw read."""
+    raw = out["raw_read"]["events_per_s"]
+    events = out["produce"]["events"]
+    return [
+        Figure(
+            "replay.facts",
+            f"replay facts alone, {events:,} events",
+            out["replay_facts"]["events_per_s"],
+            "events/s",
+            baseline=raw,
+            baseline_label="raw kafka-python read",
+            target=target("replay.facts"),
+        ),
+        Figure(
+            "replay.all",
+            f"replay all four in one pass ({out['embedder']}), {events:,} events",
+            out["replay_all"]["events_per_s"],
+            "events/s",
+            baseline=raw,
+            baseline_label="raw kafka-python read",
+            target=target("replay.all"),
+        ),
+    ]
