@@ -38,6 +38,7 @@ from projections.vector_index import VectorIndex, VectorIndexError
 from projections.vectors import VectorsProjection
 from projections.versions import EmbedderSpec
 from workers import interrupts
+from workers.processes import alive as _alive
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -385,16 +386,6 @@ def _forget_dead_handles(handles: Path) -> None:
     alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
     if alive != pids:
         handles.write_text(json.dumps(alive))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def vector_query_url(settings: Settings, version: int) -> str:

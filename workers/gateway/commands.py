@@ -69,18 +69,26 @@ def memory_write(subject_id: str, req: wire.WriteMemory, writer: str, now: datet
     )
 
 
-def replacement(subject_id: str, old: MemoryHead, req: wire.Supersede, writer: str) -> MemoryWrite:
+def replacement(
+    subject_id: str,
+    old: MemoryHead,
+    req: wire.Supersede,
+    writer: str,
+    purpose: str | None = None,
+    scope: str | None = None,
+) -> MemoryWrite:
     """The ``MemoryWrite`` that replaces ``old``: fields ``req`` leaves out come from the
-    old memory (its purpose and scope always), except where the replacement came from
-    (turn, tool call, source: a new statement); confirmed if the old one was active,
-    unless ``req.confirmed`` says. Raises as ``memory_write``."""
+    old memory, except where the replacement came from (turn, tool call, source: a new
+    statement); confirmed if the old one was active, unless ``req.confirmed`` says. The
+    purpose and scope are the old memory's unless given (the ledger refuses a change:
+    the CLI passes what its user typed, to get that refusal). Raises as ``memory_write``."""
     return memory_write(
         subject_id,
         wire.WriteMemory(
             content=req.content,
-            purpose=old.purpose,
+            purpose=purpose or old.purpose,
             kind=req.kind or old.kind,  # type: ignore[arg-type]
-            scope=scope_text(old),
+            scope=scope or scope_text(old),
             key=req.key if req.key is not None else old.key,
             sensitivity=req.sensitivity or old.sensitivity,  # type: ignore[arg-type]
             expires_at=req.expires_at,

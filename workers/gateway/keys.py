@@ -163,6 +163,15 @@ class KeyStore:
             raise NotFoundError("key_id", f"no API key {key_id!r}")
         return _key(row)
 
+    def revoke_operators(self) -> int:
+        """Revoke every local operator's key still live (a ``serve`` that was killed left
+        one); returns how many."""
+        with self._pool.connection() as conn:
+            cur = conn.execute(
+                "UPDATE api_keys SET revoked_at = %s WHERE operator AND revoked_at IS NULL", (utc_now(),)
+            )
+            return cur.rowcount
+
     def any_live(self) -> bool:
         """Whether a key other than the local operator's exists and is not revoked."""
         with self._pool.connection() as conn:
