@@ -1,4 +1,4 @@
-"""Edges of the ``memledger`` command line, run as a user runs it (``workers.cli._run``:
+"""Edges of the ``memledger`` command line, run as a user runs it (``workers.cli.root.run_args``:
 exit status and one line on stderr) in the embedded mode on the test Postgres and Redis:
 erase's positional arguments, a consent withdrawal that matches nothing, the counts in
 trace and erasure-report, and the provenance recall prints."""
@@ -44,7 +44,7 @@ def run(
     def invoke(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()
         monkeypatch.setattr(sys, "argv", ["memledger", *args])
-        code = cli._run()
+        code = cli.run_args()
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -141,7 +141,7 @@ def test_trace_and_erasure_report_count_one_memory_and_one_request_in_the_singul
 def test_recall_text_shows_the_provenance_of_each_item(run: Run) -> None:
     write(
         run, "alice", "Alice prefers short answers", "--kind", "preference", "--key", "answer_length",
-        "--turn-id", "turn-3", "--source-ref", "crm", "--consent-ref", "c-9", "--writer", "support-agent",
+        "--turn-id", "turn-3", "--source-ref", "crm", "--consent-ref", "c-9", "--agent", "support-agent",
         "--veracity", "imported",
     )  # fmt: skip
     write(run, "alice", "Alice wants short answers in this guide", "--scope", "document:guide", "--tool-call-id", "t-7")
@@ -157,9 +157,10 @@ def test_recall_text_shows_the_provenance_of_each_item(run: Run) -> None:
         prov = item["provenance"]
         assert head.endswith(f"{item['kind']}: {item['content']}")
         written = prov["written_at"][:19]  # to the second, in UTC (the CLI writes it in UTC)
-        assert details[0].strip().startswith(f"by {prov['writer']} at {written}Z; confidence {item['confidence']:.2f}")
+        writer = prov["writer"] + (f" (agent {prov['agent']})" if prov.get("agent") else "")
+        assert details[0].strip().startswith(f"by {writer} at {written}Z; confidence {item['confidence']:.2f}")
     text = "\n".join(blocks)
-    assert "by support-agent at" in text and "confidence 0.60; scope subject; key answer_length" in text
+    assert "by cli (agent support-agent) at" in text and "confidence 0.60; scope subject; key answer_length" in text
     assert "turn turn-3; source crm; consent c-9" in text
     assert "scope document:guide" in text and "tool call t-7" in text
 
