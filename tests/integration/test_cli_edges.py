@@ -6,6 +6,7 @@ trace and erasure-report, and the provenance recall prints."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -202,3 +203,35 @@ def test_a_query_longer_than_the_limit_is_refused_naming_the_field(run: Run) -> 
     write(run, "alice", "Alice likes tea")
     err = refused(run, "recall", "alice", "tea " * 1250, "--purpose", PURPOSE)
     assert "query: is 5000 characters; at most 4096 are accepted" in err
+
+
+# -- memories ---------------------------------------------------------------------------
+
+
+def test_memories_lists_status_revision_key_and_supersession(run: Run) -> None:
+    old = write(run, "alice", "Alice uses Python 3.11", "--key", "python_version", "--agent", "planner")
+    new = ok(run, "supersede", old, "alice", "Alice uses Python 3.12", "--json")["memory_id"]
+    gone = write(run, "alice", "Alice's phone is 555-0100")
+    request = ok(run, "erase", "alice", gone, "--json")["request_id"]
+    text = ok(run, "memories", "alice")
+    assert text.splitlines() == [
+        "1 memory of alice:",
+        f"  {new} active rev 1 fact key python_version ({PURPOSE})",
+        f"      supersedes {old}",
+        "      Alice uses Python 3.12",
+    ]
+    every = {m["memory_id"]: m for m in ok(run, "memories", "alice", "--all", "--json")["memories"]}
+    assert every[old]["status"] == "superseded" and every[old]["superseded_by"] == new and every[old]["revision"] == 2
+    assert every[old]["provenance"]["agent"] == "planner" and every[old]["provenance"]["writer"] == "cli"
+    assert every[gone]["status"] == "erased" and every[gone]["erased_by"] == request and every[gone]["content"] is None
+    assert f"  {gone} erased by {request} at " in ok(run, "memories", "alice", "--all")
+    # an erase-only principal sees the statuses, not the text
+    grants = Path(os.environ["MEMLEDGER_DATA_DIR"]) / "grants.toml"
+    grants.write_text(grants.read_text() + '\n[principals.dpo]\ngrants = [{ subjects = ["*"], actions = ["erase"] }]\n')
+    listed = ok(run, "--principal", "dpo", "memories", "alice", "--json")["memories"]
+    assert (
+        [m["memory_id"] for m in listed] == [new]
+        and listed[0]["content"] is None
+        and listed[0]["key"] == "python_version"
+    )
+    assert "may not erase" in refused(run, "--principal", "stranger", "memories", "alice")

@@ -85,7 +85,27 @@ def erase(subject_id: str, change: wire.Erase) -> Call[wire.CommandAck]:
     return _command(f"/v1/subjects/{_p(subject_id)}/erasures", change, wire.CommandAck)
 
 
-def recall(subject_id: str, req: wire.Recall) -> Call[wire.RecallResult]:
+def recall(
+    subject_id: str,
+    query: str,
+    purpose: str,
+    k: int,
+    now: datetime | None,
+    scope: Sequence[str],
+    include_unconfirmed: bool,
+    after: Positions,
+    wait_timeout_s: float,
+) -> Call[wire.RecallResult]:
+    req = wire.Recall(
+        query=query,
+        purpose=purpose,
+        k=k,
+        now=now,
+        scope=list(scope),
+        include_unconfirmed=include_unconfirmed,
+        wait_for=positions_of(after),
+        wait_timeout_s=wait_timeout_s,
+    )
     body = req.model_dump(mode="json", exclude_unset=True)
     return Call("POST", f"/v1/subjects/{_p(subject_id)}/recall", TypeAdapter(wire.RecallResult), body=body)
 
