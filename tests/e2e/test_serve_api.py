@@ -374,3 +374,21 @@ def test_schemathesis_finds_no_5xx_and_no_response_outside_the_schema(embedded: 
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "failed" not in proc.stdout.splitlines()[-1], proc.stdout[-3000:]
+
+
+def test_several_serve_processes_share_keys_and_data_in_the_distributed_mode(
+    distributed: serving.Served, tmp_path: Path
+) -> None:
+    other = serving.start(distributed.cli.env, tmp_path)
+    try:
+        subject = f"shared-{uuid.uuid4().hex[:8]}"
+        token = distributed.key(f"agent-{subject}", [subject])
+        with LedgerClient(distributed.url, token) as a, LedgerClient(other.url, token) as b:
+            ack = a.write(subject, "Eve reads the changelog first", PURPOSE)
+            assert [i.memory_id for i in b.recall(subject, "changelog", PURPOSE, after=ack).items] == [ack.memory_id]
+            distributed.cli.run("keys", "revoke", token.split("_")[1])
+            for client in (a, b):  # revoked at once in every process
+                with pytest.raises(Unauthenticated):
+                    client.memories(subject)
+    finally:
+        assert serving.stop(other) == 0

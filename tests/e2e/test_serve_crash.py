@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.e2e import serving
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, wait_until
 from workers.client import LedgerClient
 
 pytestmark = [pytest.mark.e2e]
@@ -47,6 +47,7 @@ def test_an_acknowledged_write_survives_kill_9_exactly_once(tmp_path: Path) -> N
         assert serving.stop(again) == 0  # SIGTERM: a clean stop
     assert not (data / "serve.json").exists()
     assert "stopped (SIGTERM)" in again.logs()
+    wait_until(lambda: not (data / "pg" / "postmaster.pid").exists(), 60, "the embedded PostgreSQL to stop with serve")
 
     # beyond loopback only once a key exists
     for key in again.cli.json("keys", "list"):
