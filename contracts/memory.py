@@ -46,10 +46,14 @@ class Provenance(Frozen):
 
     ``writer`` (agent or component identity) and ``written_at`` (UTC) are required;
     ``derived_from`` lists the memory ids an inference or summary was derived from.
+    Where a principal authenticates (``memledger serve``, the CLI), ``writer`` is that
+    principal; ``agent`` is the calling agent's own label, recorded as such (free text,
+    never taken for a principal).
     """
 
     writer: NonEmptyStr
     written_at: UtcDatetime
+    agent: NonEmptyStr | None = None
     turn_id: NonEmptyStr | None = None
     tool_call_id: NonEmptyStr | None = None
     consent_ref: NonEmptyStr | None = None
@@ -94,16 +98,24 @@ class ClearProvenance(Frozen):
     """The parts of :class:`Provenance` the log keeps in clear: which component wrote the
     memory, when (UTC), and which memories it was derived from. The references that can
     name the subject's own material (turn, tool call, consent, source) are sealed in
-    :class:`PersonalFields`."""
+    :class:`PersonalFields`. ``agent`` (the calling agent's own label, beside the
+    authenticated ``writer``) is absent from events written before it existed: they read
+    as ``None``, with no schema version change."""
 
     writer: NonEmptyStr
     written_at: UtcDatetime
     derived_from: tuple[NonEmptyStr, ...] = ()
+    agent: NonEmptyStr | None = None
 
     @classmethod
     def of(cls, provenance: Provenance) -> ClearProvenance:
         """The clear part of a command's provenance."""
-        return cls(writer=provenance.writer, written_at=provenance.written_at, derived_from=provenance.derived_from)
+        return cls(
+            writer=provenance.writer,
+            written_at=provenance.written_at,
+            derived_from=provenance.derived_from,
+            agent=provenance.agent,
+        )
 
 
 class PersonalFields(Frozen):

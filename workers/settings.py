@@ -52,6 +52,17 @@ class Settings(BaseSettings):
     embedder: str = "minilm"
     cache_ttl_s: float = Field(default=300.0, gt=0)
     pool_max_size: int = Field(default=8, ge=2)
+    api_write_rate_per_s: float = Field(
+        default=50.0, ge=0, description="memledger serve: memories a key may write per second (0: no limit)"
+    )
+    api_write_burst: int = Field(default=100, ge=1, description="memories a key may write at once above its rate")
+    api_recall_rate_per_s: float = Field(
+        default=100.0, ge=0, description="memledger serve: recalls a key may make per second (0: no limit)"
+    )
+    api_recall_burst: int = Field(default=200, ge=1, description="recalls a key may make at once above its rate")
+    api_max_body_bytes: int = Field(
+        default=2 * 1024 * 1024, ge=1024, description="memledger serve: the largest request body, bytes (else 413)"
+    )
 
     @property
     def mode(self) -> Literal["embedded", "distributed"]:

@@ -1035,3 +1035,12 @@ def test_erasure_command_refuses_an_empty_source() -> None:
     with pytest.raises(ValidationError) as info:
         EraseMemories.model_validate({"subject_id": "alice", "reason": "asked", "source_ref": " "})
     assert "source_ref" in describe_validation_error(info.value)
+
+
+def test_an_event_written_before_the_agent_label_reads_with_no_agent() -> None:
+    from contracts import ClearProvenance
+
+    old = {"writer": "cli", "written_at": "2026-01-01T00:00:00Z", "derived_from": []}
+    assert ClearProvenance.model_validate(old).agent is None
+    labelled = ClearProvenance.model_validate(old | {"agent": "planner"})
+    assert labelled.agent == "planner" and labelled.writer == "cli"

@@ -1,8 +1,38 @@
 """``memledger``, the command line: ``app`` is the typer application, ``main`` the
 console entry point. ``root`` holds the app, its global options and the memory
-commands; ``bench``, ``data``, ``erasure``, ``evaluation``, ``ops``, ``verify`` and
-``versions`` one group of commands each; ``util`` what they share."""
+commands; ``bench``, ``data``, ``erasure``, ``evaluation``, ``ops``, ``serving``,
+``verify`` and ``versions`` one group of commands each; ``util`` what they share.
 
-from workers.cli.root import app, main
+While ``memledger serve`` owns the data directory, ``main`` sends the command there
+(``workers.serve.forward``) before it imports the commands and their stores."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
 
 __all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console entry point: the command goes through a running ``memledger serve`` of
+    its data directory, or runs here (``workers.cli.root.main``)."""
+    from workers.serve.forward import maybe_forward
+
+    try:
+        forwarded = maybe_forward(sys.argv[1:])
+    except KeyboardInterrupt:
+        sys.exit(130)
+    if forwarded is not None:
+        sys.exit(forwarded)
+    from workers.cli.root import main as run_here
+
+    run_here()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from workers.cli.root import app
+
+        return app
+    raise AttributeError(name)

@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from contracts import utc_now
-from projections import versions
 from projections.trace import render_text, to_json, trace
 from projections.trace_html import render_html
 from workers.bootstrap import PROJECTION_NAMES
@@ -68,23 +67,14 @@ def trace_cmd(
 
 def lag(as_json: JsonOpt = False) -> None:
     """Records each projection version (building, serving, previous) has not applied yet, per partition."""
-    with services(own_vectors=False) as svc:
-        from projections import base
+    from workers.gateway.positions import lag as lag_of
 
-        ends = svc.log.end_offsets()
-        rows = []
-        with svc.pool.connection() as conn:
-            for info in versions.versions(conn):
-                if info.state == "retired":
-                    continue
-                done = base.load_positions(conn, info.id)
-                per = {p: max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items()}
-                rows.append(
-                    {"projection": info.id, "state": info.state, "lag": sum(per.values()), "per_partition": per}
-                )
+    with services(own_vectors=False) as svc:
+        report = lag_of(svc)
+    rows = report["projections"]
     emit(
         as_json,
-        {"end_offsets": ends, "projections": rows},
+        report,
         lambda: "\n".join(
             [f"{'projection':<14} {'state':<9} {'lag':>8}"]
             + [f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8}" for r in rows]

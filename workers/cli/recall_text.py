@@ -1,5 +1,5 @@
 """The text ``memledger recall`` prints: per item its score, kind and text, then the
-provenance needed to judge it (writer, when it was written in UTC, confidence, scope,
+provenance needed to judge it (writer and the agent's own label, when it was written in UTC, confidence, scope,
 key, the turn, tool call, source and consent it came from, what it was derived from),
 then its id, revision, expiry and the rankers that found it. ``--json`` prints the
 whole ``RecallResult`` instead."""
@@ -46,6 +46,8 @@ def _details(item: RecallItem) -> list[str]:
     its identity and how it was found."""
     prov = item.provenance
     writer = one_line(str(prov.get("writer") or "?"))
+    if prov.get("agent"):
+        writer += f" (agent {one_line(str(prov['agent']))})"
     who = f"by {writer} at {utc_text(prov.get('written_at'))}; confidence {item.confidence:.2f}"
     who += f"; scope {one_line(_scope(item.scope))}" + (f"; key {one_line(item.key)}" if item.key else "")
     lines = [who]

@@ -38,9 +38,10 @@ from ledger.service import CommandResult
 from projections.errors import ProjectionError
 from projections.vector_index import VectorIndexError
 from projections.wording import counted
-from workers import interrupts
+from workers import interrupts, wire
 from workers.cli import util as cliutil
-from workers.cli.util import emit, parse_scope, parse_time, project_if_embedded, services
+from workers.cli.util import emit, parse_time, project_if_embedded, services
+from workers.gateway import GatewayError, commands
 
 app = typer.Typer(
     help="memory-ledger: an event-sourced memory ledger for AI agents.",
@@ -111,51 +112,25 @@ def _describe_write(r: CommandResult, key: str | None) -> str:
     return f"{text} at {_where(r)}"
 
 
-def _memory_write(
-    subject: str,
-    content: str,
-    *,
-    kind: str,
-    purpose: str,
-    scope: str,
-    key: str | None = None,
-    sensitivity: str = "internal",
-    expires_at: str | None = None,
-    basis: str = "indefinite",
-    consent_ref: str | None = None,
-    turn_id: str | None = None,
-    tool_call_id: str | None = None,
-    source_ref: str | None = None,
-    derived_from: list[str] | None = None,
-    confirmed: bool = False,
-    confidence: float | None = None,
-    veracity: str | None = None,
-    writer: str | None = None,
-) -> MemoryWrite:
-    return MemoryWrite.model_validate(
-        {
-            "subject_id": subject,
-            "kind": kind,
-            "content": content,
-            "purpose": purpose,
-            "scope": parse_scope(scope, subject),
-            "key": key,
-            "sensitivity": sensitivity,
-            "retention": {"basis": basis, "expires_at": parse_time(expires_at, "expires_at")},
-            "provenance": {
-                "writer": cliutil.settings().principal if writer is None else writer,
-                "written_at": utc_now(),
-                "consent_ref": consent_ref,
-                "turn_id": turn_id,
-                "tool_call_id": tool_call_id,
-                "source_ref": source_ref,
-                "derived_from": tuple(derived_from or ()),
-            },
-            "confirmed": confirmed,
-            "confidence": confidence,
-            "veracity": veracity or ("inferred" if kind == "inference" else "stated"),
-        }
-    )
+def _memory_write(subject: str, content: str, *, writer: str | None = None, **options: object) -> MemoryWrite:
+    """The command of ``write``: written by the acting principal (``--writer`` may only
+    repeat it), with the agent's own label from ``--agent``."""
+    principal = cliutil.settings().principal
+    _check_writer(writer, principal)
+    fields = {k: v for k, v in options.items() if v is not None}
+    fields["expires_at"] = parse_time(options.get("expires_at"), "expires_at")  # type: ignore[arg-type]
+    req = wire.WriteMemory.model_validate({"content": content, **fields})
+    return commands.memory_write(subject, req, principal)
+
+
+def _check_writer(writer: str | None, principal: str) -> None:
+    """``--writer`` names no one but the acting principal (it used to let one principal
+    write as another)."""
+    if writer is not None and writer != principal:
+        raise LedgerError(
+            f"provenance.writer: is the acting principal ({principal!r}), not {writer!r};"
+            " give the agent's own label with --agent"
+        )
 
 
 Purpose = Annotated[str, typer.Option(help="what the memory may be used for, e.g. technical_writing")]
@@ -185,10 +160,13 @@ def write(
         str | None,
         typer.Option(help="stated | inferred | imported | tool (default: inferred for an inference, else stated)"),
     ] = None,
-    writer: Annotated[str | None, typer.Option(help="agent or component identity (default: principal)")] = None,
+    agent: Annotated[str | None, typer.Option(help="the agent's own label, recorded beside the principal")] = None,
+    writer: Annotated[
+        str | None, typer.Option(help="the acting principal (the writer); any other name is refused", hidden=True)
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write a new memory about SUBJECT."""
+    """Write a new memory about SUBJECT (its writer is the acting principal)."""
     options = {k: v for k, v in locals().items() if k not in ("subject", "content", "as_json")}
     cmd = _memory_write(subject, content, **options)
     with services() as svc:
@@ -219,32 +197,33 @@ def supersede(
     confirmed: Annotated[
         bool | None, typer.Option("--confirmed/--unconfirmed", help="default: confirmed if the old memory is active")
     ] = None,
-    writer: str | None = None,
+    agent: Annotated[str | None, typer.Option(help="the agent's own label, recorded beside the principal")] = None,
+    writer: Annotated[str | None, typer.Option(help="the acting principal; any other is refused", hidden=True)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replace MEMORY_ID of SUBJECT with a new memory holding CONTENT. Options not given
     are taken from the memory it replaces (the purpose and scope cannot change), except
     where the replacement came from (turn, tool call, source): it is a new statement."""
+    _check_writer(writer, cliutil.settings().principal)
     with services() as svc:
         old = svc.ledger.head(svc.principal(), subject, memory_id)
-        cmd = _memory_write(
-            subject,
-            content,
-            kind=kind or old.kind,
-            purpose=purpose or old.purpose,
-            scope=scope or ("subject" if old.scope_type == "subject" else f"{old.scope_type}:{old.scope_id}"),
-            key=key if key is not None else old.key,
-            sensitivity=sensitivity or old.sensitivity,
-            expires_at=expires_at,
-            basis=basis or old.retention_basis,
-            consent_ref=consent_ref or old.consent_ref,
-            turn_id=turn_id,
-            tool_call_id=tool_call_id,
-            source_ref=source_ref,
-            derived_from=list(old.derived_from) if derived_from is None else derived_from,
-            confirmed=old.status == "active" if confirmed is None else confirmed,
-            writer=writer,
-        )
+        req = {
+            "content": content,
+            "kind": kind,
+            "key": key,
+            "sensitivity": sensitivity,
+            "expires_at": parse_time(expires_at, "expires_at"),
+            "basis": basis,
+            "consent_ref": consent_ref,
+            "turn_id": turn_id,
+            "tool_call_id": tool_call_id,
+            "source_ref": source_ref,
+            "derived_from": derived_from,
+            "confirmed": confirmed,
+            "agent": agent,
+        }
+        change = wire.Supersede.model_validate({k: v for k, v in req.items() if v is not None})
+        cmd = commands.replacement(subject, old, change, svc.principal().id, purpose=purpose, scope=scope)
         r = svc.ledger.supersede(svc.principal(), memory_id, cmd)
         project_if_embedded(svc)
     emit(as_json, _result(r), lambda: f"memory {memory_id} superseded by {r.memory_id} at {_where(r)}")
@@ -411,6 +390,7 @@ from workers.cli import data as cli_data  # noqa: E402
 from workers.cli import erasure as cli_erasure  # noqa: E402
 from workers.cli import evaluation as cli_eval  # noqa: E402
 from workers.cli import ops as cli_ops  # noqa: E402
+from workers.cli import serving as cli_serving  # noqa: E402
 from workers.cli import verify as cli_verify  # noqa: E402
 from workers.cli import versions as cli_versions  # noqa: E402
 
@@ -421,9 +401,11 @@ cli_bench.register(app)
 cli_eval.register(app)
 cli_erasure.register(app)
 cli_verify.register(app)
+cli_serving.register(app)
 
 _USER_ERRORS = (
     LedgerError,
+    GatewayError,
     ProjectionError,
     ContractError,
     VectorIndexError,
@@ -442,10 +424,12 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
-def _run() -> int:
-    """Run the app; returns the exit status, having printed known errors as one line."""
+def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int:
+    """Run the app on ``args`` (default: ``sys.argv[1:]``); returns the exit status,
+    having printed known errors as one line (``memledger serve`` runs forwarded commands
+    through this too)."""
     try:
-        code = app(standalone_mode=False)  # a KeyboardInterrupt in the command returns 130
+        code = app(args=args, prog_name=prog_name, standalone_mode=False)  # KeyboardInterrupt: 130
     except typer.Abort:
         print("aborted", file=sys.stderr)
         return 130
@@ -475,7 +459,7 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     interrupts.install()
     try:
-        code = _run()
+        code = run_args()
     except KeyboardInterrupt:  # between the signal and the command's own handling
         code = 1
     interrupts.ignore_from_now()

@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,15 @@ class CliState:
 
 STATE = CliState()
 
+_SHARED: list[Services] = []
+"""The services of ``memledger serve``, when the CLI's commands run inside it."""
+
+
+def share(svc: Services) -> None:
+    """Run every later command of this process on ``svc`` (``memledger serve``: the
+    stores are open already and owned by it), never closing it."""
+    _SHARED[:] = [svc]
+
 
 def settings() -> Settings:
     overrides: dict[str, Any] = {}
@@ -42,6 +52,10 @@ def services(own_vectors: bool | None = None, projections: tuple[str, ...] = PRO
     """Build services for one command and close them afterwards. In embedded mode the
     process owns every store; in distributed mode the CLI reads vectors from the server
     or from the vectors worker."""
+    if _SHARED:  # inside memledger serve: its open stores, acting as this command's principal
+        shared = _SHARED[0]
+        yield replace(shared, settings=shared.settings.model_copy(update={"principal": settings().principal}))
+        return
     cfg = settings()
     own = cfg.mode == "embedded" if own_vectors is None else own_vectors
     svc = build(cfg, own_vectors=own, projections=projections)
@@ -79,17 +93,6 @@ def parse_time(value: str | None, field: str) -> datetime | None:
         example = value if "T" in value or " " in value else f"{value}T00:00:00"
         raise typer.BadParameter(f"{field}: must include a timezone, e.g. {example}Z or {example}+00:00")
     return moment
-
-
-def parse_scope(value: str, subject_id: str) -> dict[str, str]:
-    """``subject``, ``document:ID`` or ``workspace:ID`` as the ``scope`` field of a command
-    (validated with the command, so errors name ``scope.id``)."""
-    if value == "subject":
-        return {"type": "subject", "id": subject_id}
-    kind, _, ident = value.partition(":")
-    if kind not in ("document", "workspace") or not ident:
-        raise typer.BadParameter(f"scope: {value!r} must be subject, document:ID or workspace:ID")
-    return {"type": kind, "id": ident}
 
 
 def emit(as_json: bool, data: Any, text: Callable[[], str] | str) -> None:

@@ -1,0 +1,215 @@
+"""A subject's memories as the facts projection holds them: status, key, revision, what
+superseded what, and each memory's content-free history. One read for every caller (the
+HTTP route, ``memledger memories``, the agent tools).
+
+Rows come from the stable facts views (the serving version); an erased memory has no
+fact row any more, so it is listed from the ``tombstones`` table, with its id, the
+request that erased it and when, and nothing else. Text, the provenance references and
+the scope id are returned only when the caller asks ``with_content`` (it holds a
+``read`` grant: the caller decides); the status, kind, key, purpose and revision are
+returned to every caller allowed to list. History rows keep ids, times, event types,
+producers and log positions only (no content, no fingerprint).
+
+Pagination is by keyset on ``memory_id`` (UUIDv7, so in write order): ``after`` is the
+last id of the previous page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from projections.facts import FactsTables
+
+LIVE = ("active", "needs_confirmation")
+"""Statuses listed without ``include_all``."""
+
+MAX_PAGE = 500
+"""The largest page ``list_memories`` returns."""
+
+REFERENCES = ("turn_id", "tool_call_id", "source_ref", "consent_ref")
+"""Provenance references: personal fields, returned only ``with_content``."""
+
+
+@dataclass(frozen=True)
+class MemoryEntry:
+    """One memory of a subject. Times are aware UTC datetimes. ``superseded_by`` names
+    the memory that replaced this one, ``supersedes`` the ones this one replaced;
+    ``content`` is ``None`` unless asked for, or when the text may no longer be read
+    (revoked, expired, erased). ``erased_by`` is the erasure request of an erased memory,
+    whose other fields are then unknown (``None``, or empty)."""
+
+    memory_id: str
+    subject_id: str
+    status: str
+    revision: int | None
+    kind: str | None
+    key: str | None
+    purpose: str | None
+    scope: dict[str, str | None]
+    sensitivity: str | None
+    confirmed: bool | None
+    confidence: float | None
+    written_at: datetime | None
+    updated_at: datetime | None
+    expires_at: datetime | None
+    provenance: dict[str, Any]
+    superseded_by: str | None = None
+    supersedes: list[str] = field(default_factory=list)
+    content: str | None = None
+    erased_by: str | None = None
+    erased_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One revision of a memory: the event that made it, where the log holds it, and the
+    status after it (``None`` when the event left the status as it was)."""
+
+    revision: int
+    event_type: str
+    event_id: str
+    status: str | None
+    producer: str
+    occurred_at: datetime
+    log_partition: int
+    log_offset: int
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    """One page of ``list_memories``; ``next_after`` is the ``after`` of the next page
+    (``None`` on the last page)."""
+
+    memories: list[MemoryEntry]
+    next_after: str | None
+
+
+_COLUMNS = """
+  memory_id, subject_id, status, revision, kind, key, purpose, scope_type, scope_id, sensitivity, confirmed,
+  confidence, written_at, updated_at, expires_at, provenance, superseded_by, content,
+  NULL::text AS erased_by, NULL::timestamptz AS erased_at
+"""
+
+_ERASED_COLUMNS = """
+  t.memory_id, t.subject_id, 'erased' AS status, NULL::int, NULL::text, NULL::text, NULL::text, NULL::text,
+  NULL::text, NULL::text, NULL::boolean, NULL::float8, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+  NULL::jsonb, NULL::text, NULL::text, t.request_id, t.erased_at
+"""
+
+
+def list_memories(
+    pool: ConnectionPool,
+    tables: FactsTables,
+    subject_id: str,
+    *,
+    include_all: bool = False,
+    with_content: bool = False,
+    limit: int = 100,
+    after: str | None = None,
+) -> MemoryPage:
+    """The memories of ``subject_id`` in ``memory_id`` order, at most ``limit`` (1 to
+    ``MAX_PAGE``) after the id ``after``: live ones (``active``, ``needs_confirmation``),
+    or with ``include_all`` every status, erased memories included. The caller has
+    authorised the reader. Raises ``ValueError`` (field ``limit``) for a limit outside
+    1..``MAX_PAGE``, and psycopg errors when the facts tables are unreachable."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit: must be between 1 and {MAX_PAGE}")
+    params: dict[str, Any] = {"subject": subject_id, "after": after or "", "limit": limit + 1, "live": list(LIVE)}
+    where = "subject_id = %(subject)s AND memory_id > %(after)s"
+    sql = f"SELECT {_COLUMNS} FROM {tables.facts} WHERE {where}"
+    if include_all:
+        sql += (
+            f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
+            f" AND t.memory_id > %(after)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
+            " WHERE f.memory_id = t.memory_id)"
+        )
+    else:
+        sql += " AND status = ANY(%(live)s)"
+    sql = f"SELECT * FROM ({sql}) m ORDER BY memory_id LIMIT %(limit)s"
+    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sql, params).fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        replaced = _supersedes(cur, tables, subject_id, [r["memory_id"] for r in rows])
+    entries = [_entry(r, replaced.get(r["memory_id"], []), with_content) for r in rows]
+    return MemoryPage(entries, entries[-1].memory_id if more and entries else None)
+
+
+def get_memory(
+    pool: ConnectionPool, tables: FactsTables, subject_id: str, memory_id: str, *, with_content: bool = False
+) -> MemoryEntry | None:
+    """One memory of ``subject_id`` (an erased one from its tombstone), or ``None`` when
+    no memory of that subject has this id (another subject's memory is not revealed)."""
+    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            f"SELECT {_COLUMNS} FROM {tables.facts} WHERE subject_id = %(subject)s AND memory_id = %(id)s"
+            f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
+            f" AND t.memory_id = %(id)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
+            " WHERE f.memory_id = t.memory_id)",
+            {"subject": subject_id, "id": memory_id},
+        ).fetchone()
+        if row is None:
+            return None
+        replaced = _supersedes(cur, tables, subject_id, [memory_id])
+    return _entry(row, replaced.get(memory_id, []), with_content)
+
+
+def memory_history(pool: ConnectionPool, tables: FactsTables, subject_id: str, memory_id: str) -> list[HistoryEntry]:
+    """The content-free history of one memory of ``subject_id``, by revision (empty for
+    an unknown id or another subject's memory)."""
+    with pool.connection() as conn:
+        rows = conn.execute(
+            f"SELECT revision, event_type, event_id, status, producer, occurred_at, log_partition, log_offset"
+            f" FROM {tables.history} WHERE subject_id = %s AND memory_id = %s ORDER BY revision",
+            (subject_id, memory_id),
+        ).fetchall()
+    return [HistoryEntry(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6]), int(r[7])) for r in rows]
+
+
+def _supersedes(cur: Any, tables: FactsTables, subject_id: str, ids: Sequence[str]) -> dict[str, list[str]]:
+    """For each of ``ids``: the memories of the subject it superseded, in id order."""
+    if not ids:
+        return {}
+    cur.execute(
+        f"SELECT superseded_by, memory_id FROM {tables.facts} WHERE subject_id = %s AND superseded_by = ANY(%s)"
+        " ORDER BY memory_id",
+        (subject_id, list(ids)),
+    )
+    out: dict[str, list[str]] = {}
+    for row in cur.fetchall():
+        out.setdefault(row["superseded_by"], []).append(row["memory_id"])
+    return out
+
+
+def _entry(row: dict[str, Any], supersedes: list[str], with_content: bool) -> MemoryEntry:
+    provenance = dict(row["provenance"] or {})
+    if not with_content:
+        provenance = {k: v for k, v in provenance.items() if k not in REFERENCES}
+    return MemoryEntry(
+        memory_id=row["memory_id"],
+        subject_id=row["subject_id"],
+        status=row["status"],
+        revision=row["revision"],
+        kind=row["kind"],
+        key=row["key"],
+        purpose=row["purpose"],
+        scope={"type": row["scope_type"], "id": row["scope_id"] if with_content else None},
+        sensitivity=row["sensitivity"],
+        confirmed=row["confirmed"],
+        confidence=row["confidence"],
+        written_at=row["written_at"],
+        updated_at=row["updated_at"],
+        expires_at=row["expires_at"],
+        provenance=provenance,
+        superseded_by=row["superseded_by"],
+        supersedes=supersedes,
+        content=row["content"] if with_content else None,
+        erased_by=row["erased_by"],
+        erased_at=row["erased_at"],
+    )

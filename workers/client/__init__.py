@@ -1,0 +1,42 @@
+"""The Python client of ``memledger serve``, sync (``LedgerClient``) and async
+(``AsyncLedgerClient``), on httpx. Importable without the server's dependencies: it
+needs httpx and pydantic only (``workers.wire`` for the bodies)::
+
+    from workers.client import LedgerClient
+
+    with LedgerClient("http://127.0.0.1:8765", token) as ledger:
+        ack = ledger.write("alice", "Alice prefers short answers", "technical_writing", key="answer_length")
+        items = ledger.recall("alice", "how long should answers be", "technical_writing", after=ack).items
+"""
+
+from workers.client.asynchronous import AsyncLedgerClient
+from workers.client.errors import (
+    ApiError,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    LedgerClientError,
+    NotFound,
+    RateLimited,
+    TransportError,
+    Unauthenticated,
+    Unavailable,
+)
+from workers.client.sync import LedgerClient
+from workers.client.transport import RetryPolicy
+
+__all__ = [
+    "ApiError",
+    "AsyncLedgerClient",
+    "Conflict",
+    "Forbidden",
+    "InvalidRequest",
+    "LedgerClient",
+    "LedgerClientError",
+    "NotFound",
+    "RateLimited",
+    "RetryPolicy",
+    "TransportError",
+    "Unauthenticated",
+    "Unavailable",
+]

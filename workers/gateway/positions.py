@@ -1,0 +1,85 @@
+"""Where the projections are in the log: waiting until positions are applied (read your
+own writes) and the lag of every projection version."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from projections import base, versions
+from workers import wire
+from workers.bootstrap import Services
+from workers.gateway.errors import InvalidRequestError, UnavailableError
+
+RECALL_READS = wire.READS
+"""The projections recall reads (the cache is re-checked against facts)."""
+
+BEHIND_RETRY_S = 1.0
+"""``Retry-After`` of a wait that timed out."""
+
+
+def behind(svc: Services, at: Sequence[tuple[int, int]], names: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+    """The serving versions of ``names`` that have not applied every ``(partition,
+    offset)`` of ``at``: projection id -> (partition, applied offset, offset waited for)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    with svc.pool.connection() as conn:
+        serving = versions.serving_all(conn)
+        for name in names:
+            info = serving[name]
+            done = base.load_positions(conn, info.id)
+            for partition, offset in at:
+                if done.get(partition, -1) < offset:
+                    out[info.id] = (partition, done.get(partition, -1), offset)
+                    break
+    return out
+
+
+def wait_applied(svc: Services, at: Sequence[tuple[int, int]], names: Sequence[str], timeout_s: float) -> float:
+    """Block until the serving versions of ``names`` have applied every ``(partition,
+    offset)`` of ``at``; returns the seconds waited. Polls the stored positions, every
+    2 ms at first, backing off to 50 ms.
+
+    Raises:
+        InvalidRequestError: field ``wait_for``, a position past the end of the log.
+        UnavailableError: still behind after ``timeout_s`` seconds.
+    """
+    started = time.monotonic()
+    ends = svc.log.end_offsets()
+    for partition, offset in at:
+        if offset >= ends.get(partition, 0):
+            raise InvalidRequestError(
+                "wait_for",
+                f"partition {partition} offset {offset} is past the end of the log ({ends.get(partition, 0)})",
+            )
+    pause_s = 0.002
+    while True:
+        late = behind(svc, at, names)
+        if not late:
+            return time.monotonic() - started
+        waited = time.monotonic() - started
+        if waited >= timeout_s:
+            pid, (partition, done, offset) = next(iter(late.items()))
+            raise UnavailableError(
+                "wait_for",
+                f"{pid} has applied partition {partition} up to offset {done}, not yet {offset}, after {waited:.1f} s",
+                BEHIND_RETRY_S,
+            )
+        time.sleep(min(pause_s, max(0.0, timeout_s - waited)))
+        pause_s = min(pause_s * 2, 0.05)
+
+
+def lag(svc: Services) -> dict[str, Any]:
+    """Records each projection version that is not retired has not applied, per partition:
+    ``{"end_offsets": {partition: end}, "projections": [{"projection", "state", "lag",
+    "per_partition"}]}``."""
+    ends = svc.log.end_offsets()
+    rows = []
+    with svc.pool.connection() as conn:
+        for info in versions.versions(conn):
+            if info.state == "retired":
+                continue
+            done = base.load_positions(conn, info.id)
+            per = {p: max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items()}
+            rows.append({"projection": info.id, "state": info.state, "lag": sum(per.values()), "per_partition": per})
+    return {"end_offsets": ends, "projections": rows}
