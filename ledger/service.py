@@ -628,10 +628,10 @@ class Ledger:
             try:
                 with write_behind.deferring(conn):
                     decision = decide(conn)
-                    self._fault(command, "decided")
+                    self._fault(command, "decided", conn)
                     encoded = [encode_event(e) for e in decision.events]
                     staged = self._sink.stage(conn, command_id, command, decision.events, encoded, decision.tombstones)
-                self._fault(command, "staged")
+                self._fault(command, "staged", conn)
             except psycopg.Error as exc:
                 self._abandon(conn)
                 log.error("%s: not written: %s (nothing was recorded)", command, _reason(exc))
@@ -648,11 +648,17 @@ class Ledger:
                 self._abandon(conn)
                 raise
             try:
-                self._fault(command, "committed")
+                self._fault(command, "committed", conn)
                 positions = self._sink.settle(conn, staged)
-            except (EventLogError, psycopg.Error) as exc:
+            except EventLogError as exc:
                 self._abandon(conn)
                 raise self._acknowledgement_lost(command, decision, _reason(exc)) from exc
+            except psycopg.Error as exc:  # the connection failed after the commit: publish on a new one
+                self._abandon(conn)
+                recovered = self._sink.recover(staged)
+                if recovered is None:
+                    raise self._acknowledgement_lost(command, decision, _reason(exc)) from exc
+                positions = recovered
         return decision, positions
 
     def _after_lost_commit(
@@ -691,10 +697,11 @@ class Ledger:
             pass
         self._sink.abandon(conn)
 
-    def _fault(self, command: str, step: str) -> None:
-        """A point between two steps of a command (``decided``: the rules ran; ``staged``:
-        the events are in the transaction, before the commit; ``committed``: before they
-        are published). Does nothing: fault-injection tests replace it to fail there."""
+    def _fault(self, command: str, step: str, conn: psycopg.Connection) -> None:
+        """A point between two steps of a command on ``conn`` (``decided``: the rules ran;
+        ``staged``: the events are in the transaction, before the commit; ``committed``:
+        before they are published). Does nothing: fault-injection tests replace it to
+        fail there."""
 
     # -- the rules of a slot ------------------------------------------------------------
 
