@@ -265,7 +265,8 @@ class Keyring:
         96-bit nonce, the key id (and ``context``) as associated data."""
         nonce = os.urandom(_NONCE_BYTES)
         ciphertext = AESGCM(data_key).encrypt(nonce, text.encode("utf-8"), _aad(key_id, context))
-        return SealedText(key_id=key_id, nonce=_b64(nonce), ciphertext=_b64(ciphertext))
+        # made here, well-formed by construction (a 12-byte nonce, a tagged ciphertext): not validated again
+        return SealedText.model_construct(key_id=key_id, nonce=_b64(nonce), ciphertext=_b64(ciphertext))
 
     def open(self, conn: psycopg.Connection, sealed: SealedText, context: str | None = None) -> str | None:
         """Decrypt sealed text (sealed with the same ``context``); ``None`` when its data

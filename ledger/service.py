@@ -184,6 +184,7 @@ class Ledger:
         self._clock = clock
         self.policy = policy or load_policy()
         self._summariser = summariser or ExtractiveSummariser()
+        self._statements: dict[str, str] = {}
         with pool.connection() as conn:
             state.install(conn)
             Keyring.install(conn)
@@ -986,7 +987,14 @@ class Ledger:
         return self._keyring.seal(conn, subject_id, key_id, personal.model_dump_json(), PERSONAL_CONTEXT)
 
     def _statement_hmac(self, text: str) -> str:
-        return self._keyring.fingerprint("statement\x00" + normalise_statement(text))
+        """The keyed fingerprint of the statement ``text`` makes (``normalise_statement``);
+        a batch asks for each text several times, so recent answers are kept."""
+        found = self._statements.get(text)
+        if found is None:
+            if len(self._statements) >= 4096:
+                self._statements.clear()
+            found = self._statements[text] = self._keyring.fingerprint("statement\x00" + normalise_statement(text))
+        return found
 
     def _envelope(
         self, subject_id: str, now: datetime, correlation_id: str, causation_id: str | None = None
@@ -1014,7 +1022,7 @@ class Ledger:
         # MemoryConfirmed next (`_record`), so the log says when and on which write it was
         inference = cmd.kind == "inference"
         status = "needs_confirmation" if inference else "active"
-        sealed = self._keyring.seal(conn, cmd.subject_id, memory_id, cmd.content)
+        sealed = self._keyring.seal(conn, cmd.subject_id, memory_id, cmd.content, fresh=True)  # a new id: a new key
         personal = PersonalFields.of(cmd.key, cmd.scope, cmd.provenance)
         body = MemoryBody(
             kind=cmd.kind,

@@ -76,9 +76,7 @@ def ledger_state(svc: Services, subject: str) -> dict[str, tuple[int, str]]:
 
 def log_events(svc: Services, subject: str) -> Counter[str]:
     """How often each event of ``subject`` is in the log, by event id."""
-    return Counter(
-        decode_event(r.value).event_id for r in read_all(svc.log) if r.key == subject
-    )
+    return Counter(decode_event(r.value).event_id for r in read_all(svc.log) if r.key == subject)
 
 
 def assert_agree(svc: Services, subject: str) -> Counter[str]:

@@ -50,7 +50,9 @@ def module_dsn(pg_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def settings(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, module_dsn: str, redis_url: str) -> Settings:
+def settings(
+    tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, module_dsn: str, redis_url: str
+) -> Settings:
     return distributed_settings(tmp_path_factory.mktemp("faults"), kafka_bootstrap, module_dsn, redis_url)
 
 
@@ -223,5 +225,3 @@ def test_the_errors_and_the_log_say_which_outcome(
     with caplog.at_level("WARNING", logger="ledger.service"), pytest.raises(NotWrittenError):
         cf.run(svc, "write", subject, [])
     assert any("write: not written" in r.getMessage() for r in caplog.records)
-
-
