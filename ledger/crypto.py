@@ -303,13 +303,15 @@ class Keyring:
         return str(row[0]) if row is not None else f"subject:{uuid.uuid4()}"
 
     def destroy_subject_keys(self, conn: psycopg.Connection, subject_id: str) -> int:
-        """Destroy the subject's subject-level keys (erasure of the whole subject).
-        Returns how many live keys were destroyed."""
+        """Destroy every data key of the subject (erasure of the whole subject): its
+        subject-level keys and the keys of all its memories, whether or not the ledger's
+        heads still know them (every key row records its subject). Returns how many live
+        keys were destroyed."""
         write_behind.barrier(conn)
         self._forget_cached(conn)
         return conn.execute(
             "UPDATE memory_keys SET wrapped_key = NULL, destroyed_at = now()"
-            " WHERE subject_id = %s AND key_id LIKE 'subject:%%' AND wrapped_key IS NOT NULL",
+            " WHERE subject_id = %s AND wrapped_key IS NOT NULL",
             (subject_id,),
         ).rowcount
 
