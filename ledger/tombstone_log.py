@@ -186,6 +186,16 @@ class KafkaTombstoneLog:
             for f in futures:
                 f.get(timeout=self._timeout_s)
         except KafkaError as exc:
+            close_quietly(self._producer, timeout=0)  # as the event log's: the next publish gets a new producer
+            try:
+                self._producer = KafkaProducer(
+                    bootstrap_servers=self._bootstrap,
+                    acks="all",
+                    enable_idempotence=True,
+                    client_id="memledger-tombstones",
+                )
+            except KafkaError:
+                log.warning("a new producer for %s could not be built yet", self.topic, exc_info=True)
             raise EventLogError(f"publishing tombstones to {self.topic} on {self._bootstrap} failed: {exc}") from exc
 
     def read_from(self, offsets: dict[int, int]) -> tuple[list[tuple[str, Tombstone | None]], dict[int, int]]:

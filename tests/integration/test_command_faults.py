@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 from psycopg import sql
 
-from ledger.errors import AcknowledgementLostError, NotWrittenError
+from ledger.errors import AcknowledgementLostError, EventLogError, NotWrittenError
 from projections.trace import trace
 from tests.integration import command_faults as cf
 from tests.integration.distributed import distributed_settings
@@ -174,8 +175,8 @@ def test_a_process_killed_at_any_step_leaves_all_or_nothing_once_a_ledger_starts
         svc.close()
 
 
-def _topic_config(bootstrap: str, topic: str, value: str | None) -> None:
-    """Set (or, with ``None``, remove) the topic's ``max.message.bytes`` (incrementally)."""
+def _topic_config(bootstrap: str, topic: str, value: str) -> None:
+    """Set the topic's ``max.message.bytes`` (incrementally: its other settings stay)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         configs = {"max.message.bytes": value}
@@ -204,8 +205,16 @@ def test_a_broker_that_refuses_the_records_gets_them_once_it_accepts_them(
             waiting = conn.execute("SELECT count(*) FROM ledger_outbox WHERE subject_id = %s", (subject,)).fetchone()
         assert waiting is not None and waiting[0] >= len(lost)
     finally:
-        _topic_config(settings.kafka_bootstrap, topic, None)
-    counts = cf.assert_agree(svc, subject)  # the relay publishes them now
+        _topic_config(settings.kafka_bootstrap, topic, "1048588")  # the broker's default
+    deadline = time.monotonic() + 30
+    while True:  # the broker applies the restored setting a moment later
+        try:
+            svc.ledger.relay_pending()  # the relay publishes them now
+            break
+        except EventLogError:
+            assert time.monotonic() < deadline, "the broker kept refusing after the setting was restored"
+            time.sleep(0.5)
+    counts = cf.assert_agree(svc, subject)
     assert all(counts[e] == 1 for e in lost)
     if command == "erase":
         assert raised.value.request_id is not None
