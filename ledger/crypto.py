@@ -21,7 +21,6 @@ matching), so rotation stores it, wrapped under the new master key, in ``keyring
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import os
 import secrets
@@ -212,7 +211,7 @@ class Keyring:
 
     def fingerprint(self, text: str) -> str:
         """HMAC-SHA256 (hex) of ``text`` under the fingerprint key."""
-        return hmac.new(self._fingerprint_key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+        return hmac.digest(self._fingerprint_key, text.encode("utf-8"), "sha256").hex()  # one call, in C
 
     def seal(
         self,
