@@ -7,6 +7,7 @@ an aware datetime in another zone is converted to UTC.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -23,8 +24,15 @@ UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 _MAX_ID_BYTES = 512
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+"""Control characters (C0 and DEL), which no identifier may contain."""
+
+_CONTROL_IN_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control characters but tab, newline and carriage return, which no text may contain."""
+
+
 def _identifier(value: str) -> str:
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if _CONTROL.search(value):
         raise ValueError("must not contain control characters")
     if len(value.encode("utf-8")) > _MAX_ID_BYTES:
         raise ValueError(f"must be at most {_MAX_ID_BYTES} bytes in UTF-8")
@@ -34,7 +42,7 @@ def _identifier(value: str) -> str:
 def _text(value: str) -> str:
     if not value.strip():
         raise ValueError("must contain more than white space")
-    if any((ord(c) < 0x20 and c not in "\t\n\r") or ord(c) == 0x7F for c in value):
+    if _CONTROL_IN_TEXT.search(value):
         raise ValueError("must not contain control characters (tab, newline and carriage return are allowed)")
     return value
 

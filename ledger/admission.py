@@ -23,9 +23,11 @@ SENSITIVITY_ORDER = ("public", "internal", "personal", "restricted")
 """Sensitivity classes from least to most sensitive."""
 
 
-def admit(conn: psycopg.Connection, cmd: MemoryWrite, now: datetime) -> None:
+def admit(conn: psycopg.Connection, cmd: MemoryWrite, now: datetime, withdrawn_possible: bool = True) -> None:
     """Check ``cmd`` against the subject's withdrawn consents and, for a derived memory,
-    against its sources (locked). ``now`` is UTC.
+    against its sources (locked). ``now`` is UTC. ``withdrawn_possible=False``: the caller
+    read that the subject never withdrew a consent (a batch asks once for all its
+    subjects), so that check has nothing to find and is skipped.
 
     Raises:
         InvalidCommandError: ``provenance.consent_ref`` withdrawn; ``purpose`` withdrawn
@@ -34,7 +36,8 @@ def admit(conn: psycopg.Connection, cmd: MemoryWrite, now: datetime) -> None:
             ``purpose``, ``scope`` or ``sensitivity`` looser than a source's.
         UnknownMemoryError: a source unknown or of another subject.
     """
-    _consent(conn, cmd)
+    if withdrawn_possible:
+        _consent(conn, cmd)
     if not cmd.provenance.derived_from:
         return
     known = state.lock_heads(conn, cmd.provenance.derived_from)

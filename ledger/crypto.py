@@ -21,7 +21,6 @@ matching), so rotation stores it, wrapped under the new master key, in ``keyring
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import os
 import secrets
@@ -35,6 +34,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from contracts.memory import SealedText
+from ledger import write_behind
 from ledger.errors import CorruptContentError, KeyStoreError
 from ledger.pgschema import ensure_schema
 
@@ -211,32 +211,61 @@ class Keyring:
 
     def fingerprint(self, text: str) -> str:
         """HMAC-SHA256 (hex) of ``text`` under the fingerprint key."""
-        return hmac.new(self._fingerprint_key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+        return hmac.digest(self._fingerprint_key, text.encode("utf-8"), "sha256").hex()  # one call, in C
 
     def seal(
-        self, conn: psycopg.Connection, subject_id: str, key_id: str, text: str, context: str | None = None
+        self,
+        conn: psycopg.Connection,
+        subject_id: str,
+        key_id: str,
+        text: str,
+        context: str | None = None,
+        fresh: bool = False,
     ) -> SealedText:
         """Encrypt ``text`` under the data key ``key_id``, creating the key if needed. The
         associated data is the key id (and ``context``, when given: text sealed with one
         context does not open with another, e.g. ``contracts.PERSONAL_CONTEXT``).
 
+        ``fresh``: the caller knows the key does not exist yet (a new memory's id): it is
+        created without reading the key store first, and its row is held back while a
+        command defers its inserts (``ledger.write_behind``). A key the running command
+        created or read is not read again.
+
         Raises:
             KeyStoreError: the key exists but was destroyed (the memory was erased).
         """
-        data_key = self._load(conn, key_id)
+        held = write_behind.active(conn)
+        data_key = None if fresh else (held.data_keys.get(key_id) if held is not None else None)
+        if data_key is None and not fresh:
+            data_key = self._load(conn, key_id)
         if data_key is None:
             data_key = AESGCM.generate_key(bit_length=256)
             wrapped = self._wrap(data_key, key_id)
-            inserted = conn.execute(
-                "INSERT INTO memory_keys (key_id, subject_id, wrapped_key) VALUES (%s, %s, %s)"
-                " ON CONFLICT (key_id) DO NOTHING RETURNING key_id",
-                (key_id, subject_id, wrapped),
-            ).fetchone()
-            if inserted is None:
-                raise KeyStoreError(f"key {key_id!r} was destroyed: its memory was erased")
+            if fresh:
+                write_behind.insert(
+                    conn, "memory_keys", ("key_id", "subject_id", "wrapped_key"), (key_id, subject_id, wrapped)
+                )
+            else:
+                write_behind.barrier(conn)
+                inserted = conn.execute(
+                    "INSERT INTO memory_keys (key_id, subject_id, wrapped_key) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (key_id) DO NOTHING RETURNING key_id",
+                    (key_id, subject_id, wrapped),
+                ).fetchone()
+                if inserted is None:
+                    raise KeyStoreError(f"key {key_id!r} was destroyed: its memory was erased")
+        if held is not None:
+            held.data_keys[key_id] = data_key
+        return self.seal_with(data_key, key_id, text, context)
+
+    @staticmethod
+    def seal_with(data_key: bytes, key_id: str, text: str, context: str | None = None) -> SealedText:
+        """Encrypt ``text`` under ``data_key`` (the key ``key_id``): AES-256-GCM, a random
+        96-bit nonce, the key id (and ``context``) as associated data."""
         nonce = os.urandom(_NONCE_BYTES)
         ciphertext = AESGCM(data_key).encrypt(nonce, text.encode("utf-8"), _aad(key_id, context))
-        return SealedText(key_id=key_id, nonce=_b64(nonce), ciphertext=_b64(ciphertext))
+        # made here, well-formed by construction (a 12-byte nonce, a tagged ciphertext): not validated again
+        return SealedText.model_construct(key_id=key_id, nonce=_b64(nonce), ciphertext=_b64(ciphertext))
 
     def open(self, conn: psycopg.Connection, sealed: SealedText, context: str | None = None) -> str | None:
         """Decrypt sealed text (sealed with the same ``context``); ``None`` when its data
@@ -245,7 +274,10 @@ class Keyring:
         Raises:
             CorruptContentError: the ciphertext does not authenticate under its key.
         """
-        data_key = self._load(conn, sealed.key_id)
+        held = write_behind.active(conn)
+        data_key = held.data_keys.get(sealed.key_id) if held is not None else None
+        if data_key is None:
+            data_key = self._load(conn, sealed.key_id)
         if data_key is None:
             return None
         try:
@@ -261,6 +293,7 @@ class Keyring:
         belong to the subject rather than to one memory (a withdrawn consent reference).
         A new one is made when the subject has none (first use, or after the whole
         subject was erased); seal with it through :meth:`seal`."""
+        write_behind.barrier(conn)
         row = conn.execute(
             "SELECT key_id FROM memory_keys WHERE subject_id = %s AND key_id LIKE 'subject:%%'"
             " AND wrapped_key IS NOT NULL ORDER BY created_at DESC LIMIT 1",
@@ -269,11 +302,15 @@ class Keyring:
         return str(row[0]) if row is not None else f"subject:{uuid.uuid4()}"
 
     def destroy_subject_keys(self, conn: psycopg.Connection, subject_id: str) -> int:
-        """Destroy the subject's subject-level keys (erasure of the whole subject).
-        Returns how many live keys were destroyed."""
+        """Destroy every data key of the subject (erasure of the whole subject): its
+        subject-level keys and the keys of all its memories, whether or not the ledger's
+        heads still know them (every key row records its subject). Returns how many live
+        keys were destroyed."""
+        write_behind.barrier(conn)
+        self._forget_cached(conn)
         return conn.execute(
             "UPDATE memory_keys SET wrapped_key = NULL, destroyed_at = now()"
-            " WHERE subject_id = %s AND key_id LIKE 'subject:%%' AND wrapped_key IS NOT NULL",
+            " WHERE subject_id = %s AND wrapped_key IS NOT NULL",
             (subject_id,),
         ).rowcount
 
@@ -282,24 +319,36 @@ class Keyring:
         per-redaction ``<memory_id>/<revision>`` keys), except ``keep``: the wrapped key
         bytes are overwritten with NULL. Returns how many live keys were destroyed;
         destroying twice is harmless."""
+        write_behind.barrier(conn)
         cur = conn.execute(
             "UPDATE memory_keys SET wrapped_key = NULL, destroyed_at = now()"
             " WHERE (key_id = ANY(%s) OR split_part(key_id, '/', 1) = ANY(%s)) AND wrapped_key IS NOT NULL"
             " AND key_id IS DISTINCT FROM %s",
             (memory_ids, memory_ids, keep),
         )
+        self._forget_cached(conn)
         return cur.rowcount
+
+    @staticmethod
+    def _forget_cached(conn: psycopg.Connection) -> None:
+        """Keys are being destroyed: the running command reads keys from the store again."""
+        held = write_behind.active(conn)
+        if held is not None:
+            held.data_keys.clear()
 
     def key_exists(self, conn: psycopg.Connection, key_id: str) -> bool:
         """True when a row for ``key_id`` exists (live or destroyed)."""
+        write_behind.barrier(conn)
         return conn.execute("SELECT 1 FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone() is not None
 
     def is_destroyed(self, conn: psycopg.Connection, key_id: str) -> bool:
         """True when ``key_id`` exists and was destroyed."""
+        write_behind.barrier(conn)
         row = conn.execute("SELECT wrapped_key IS NULL FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone()
         return bool(row and row[0])
 
     def _load(self, conn: psycopg.Connection, key_id: str) -> bytes | None:
+        write_behind.barrier(conn)
         row = conn.execute("SELECT wrapped_key FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone()
         if row is None or row[0] is None:
             return None

@@ -42,6 +42,23 @@ class EventLogError(LedgerError):
         self.retriable = retriable
 
 
+class TopicMisconfiguredError(EventLogError):
+    """A Kafka topic the ledger needs is missing or has a setting its guarantees cannot
+    live with: ``topic``, ``setting`` (a topic config such as ``cleanup.policy``, or
+    ``partitions``, or ``exists``), the ``required`` value and the one ``found``."""
+
+    def __init__(self, topic: str, setting: str, required: str, found: str) -> None:
+        if setting == "exists":
+            message = f"topic {topic}: missing (create it with `memledger topics create`)"
+        else:
+            message = f"topic {topic}: {setting}: must be {required}, is {found}"
+        super().__init__(message, retriable=False)
+        self.topic = topic
+        self.setting = setting
+        self.required = required
+        self.found = found
+
+
 class CorruptContentError(LedgerError):
     """Sealed text that its own data key does not open: the event was forged or damaged."""
 
@@ -56,3 +73,62 @@ class KeyStoreError(LedgerError):
 
 class PolicyError(LedgerError):
     """The retention policy file cannot be used (missing, not TOML, or off its schema)."""
+
+
+class NotWrittenError(LedgerError):
+    """A command failed before its transaction committed (the connection was lost, the
+    database refused a statement, the process was interrupted): nothing of it was
+    recorded anywhere, neither in the ledger's PostgreSQL nor in the log, so running it
+    again is safe. ``command`` names it, ``reason`` says what failed."""
+
+    def __init__(self, command: str, reason: str) -> None:
+        super().__init__(f"{command}: not written ({reason}); nothing was recorded, it is safe to run it again")
+        self.command = command
+        self.reason = reason
+
+
+class AcknowledgementLostError(LedgerError):
+    """A command committed (its events are recorded in the ledger's PostgreSQL outbox and
+    its state changed) but the log's acknowledgement did not come: the relay publishes the
+    events to the log once it accepts them, in order, and every store then follows. Do not
+    run the command again (it would be recorded twice); ``event_ids`` are its events (and
+    ``event_types`` their types, in the same order), and ``memory_id`` / ``request_id``
+    what it produced (as ``CommandResult`` would have)."""
+
+    def __init__(
+        self,
+        command: str,
+        reason: str,
+        event_ids: tuple[str, ...],
+        memory_id: str | None = None,
+        request_id: str | None = None,
+        event_types: tuple[str, ...] = (),
+    ) -> None:
+        produced = f"; request {request_id}" if request_id else f"; memory {memory_id}" if memory_id else ""
+        super().__init__(
+            f"{command}: written, acknowledgement lost ({reason}){produced}; {len(event_ids)} event(s) wait in the"
+            " outbox and are published by the relay: do not run it again"
+        )
+        self.command = command
+        self.reason = reason
+        self.event_ids = event_ids
+        self.event_types = event_types
+        self.memory_id = memory_id
+        self.request_id = request_id
+
+
+class OutcomeUnknownError(LedgerError):
+    """The connection was lost while the command's transaction was committing, and the
+    ledger's PostgreSQL could not be asked afterwards whether the commit took place.
+    ``command_id`` names the command's commit marker (``ledger_commits``): it exists if
+    and only if the command was recorded; ``event_ids`` are the events it would have."""
+
+    def __init__(self, command: str, reason: str, command_id: str, event_ids: tuple[str, ...]) -> None:
+        super().__init__(
+            f"{command}: outcome unknown ({reason}): the commit may or may not have taken place; check for command"
+            f" {command_id} in ledger_commits before running it again"
+        )
+        self.command = command
+        self.reason = reason
+        self.command_id = command_id
+        self.event_ids = event_ids

@@ -98,13 +98,7 @@ class KafkaEventLog:
             ensure_topics(bootstrap, partitions, (topic, dlq_topic))
         with ExitStack() as built:  # if a step below fails, the clients built so far are closed
             try:
-                self._producer = KafkaProducer(
-                    bootstrap_servers=bootstrap,
-                    acks="all",
-                    enable_idempotence=True,
-                    linger_ms=2,
-                    client_id="memledger-ledger",
-                )
+                self._producer = self._new_producer()
                 built.callback(close_quietly, self._producer, timeout=5)
                 self._consumer = KafkaConsumer(
                     bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, client_id="memledger-reader"
@@ -118,6 +112,15 @@ class KafkaEventLog:
             built.pop_all()  # complete: ``close`` closes them from now on
         self._partitions = len(found)
         self._read_lock = threading.Lock()
+
+    def _new_producer(self) -> KafkaProducer:
+        return KafkaProducer(
+            bootstrap_servers=self._bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=2,
+            client_id="memledger-ledger",
+        )
 
     def _wait_for_topic(self, topic: str, timeout_s: float) -> set[int]:
         """Partitions of ``topic``; a topic created a moment ago takes a little while to
@@ -153,6 +156,13 @@ class KafkaEventLog:
             self._producer.flush(timeout=self._send_timeout_s)
             metas = [f.get(timeout=self._send_timeout_s) for f in futures]
         except KafkaError as exc:
+            # a failed idempotent producer may keep failing (a sequence it cannot resume): the
+            # next append gets a new one (what was not acknowledged stays in the outbox)
+            close_quietly(self._producer, timeout=0)
+            try:
+                self._producer = self._new_producer()
+            except KafkaError:
+                log.warning("a new producer for %s could not be built yet", self.topic, exc_info=True)
             raise EventLogError(f"append to {self.topic} on {self._bootstrap} failed: {exc}") from exc
         return [LogPosition(m.partition, m.offset) for m in metas]
 

@@ -48,28 +48,47 @@ class PostgresEventLog:
     def append(self, key: str, value: bytes) -> LogPosition:
         return self.append_batch([(key, value)])[0]
 
+    def shares(self, pool: ConnectionPool) -> bool:
+        """Whether the log lives in the database of ``pool`` (the ledger then appends in
+        its commands' own transactions: ``ledger.appending``)."""
+        return pool is self._pool
+
     def append_batch(self, items: Sequence[tuple[str, bytes]]) -> list[LogPosition]:
         """Append all records in one transaction: all of them are durable, or none."""
-        positions: list[LogPosition] = []
         try:
             with self._pool.connection() as conn, conn.transaction():
-                for partition in sorted({partition_for(k, self._partitions) for k, _ in items}):
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self.topic}/{partition}",))
-                for key, value in items:
-                    partition = partition_for(key, self._partitions)
-                    row = conn.execute(
-                        """
-                        INSERT INTO memory_events (topic, partition, "offset", key, value)
-                        SELECT %s, %s, coalesce(max("offset") + 1, 0), %s, %s
-                          FROM memory_events WHERE topic = %s AND partition = %s
-                        RETURNING "offset"
-                        """,
-                        (self.topic, partition, key, value, self.topic, partition),
-                    ).fetchone()
-                    assert row is not None
-                    positions.append(LogPosition(partition, int(row[0])))
+                return self.append_in(conn, items)
         except psycopg.Error as exc:
             raise EventLogError(f"append to {self.topic} failed: {exc}") from exc
+
+    def append_in(self, conn: psycopg.Connection, items: Sequence[tuple[str, bytes]]) -> list[LogPosition]:
+        """Append the records in ``conn``'s open transaction (one ``COPY``): they become
+        visible, gapless and in order, when it commits, and vanish if it rolls back. The
+        partitions' advisory locks are held until then, so keep the rest of the
+        transaction short. Raises psycopg errors."""
+        if not items:
+            return []
+        partitions = [partition_for(k, self._partitions) for k, _ in items]
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(t)) FROM (SELECT unnest(%s::text[]) AS t ORDER BY 1) AS q",
+            ([f"{self.topic}/{p}" for p in sorted(set(partitions))],),
+        )
+        rows = conn.execute(
+            'SELECT partition, max("offset") + 1 FROM memory_events WHERE topic = %s AND partition = ANY(%s)'
+            " GROUP BY partition",
+            (self.topic, sorted(set(partitions))),
+        ).fetchall()
+        next_offset = {int(p): int(n) for p, n in rows}
+        positions: list[LogPosition] = []
+        with (
+            conn.cursor() as cur,
+            cur.copy('COPY memory_events (topic, partition, "offset", key, value) FROM STDIN') as copy,
+        ):
+            for (key, value), partition in zip(items, partitions, strict=True):
+                offset = next_offset.get(partition, 0)
+                next_offset[partition] = offset + 1
+                copy.write_row((self.topic, partition, offset, key, value))
+                positions.append(LogPosition(partition, offset))
         return positions
 
     def read(self, partition: int, from_offset: int, max_records: int = 500) -> list[LogRecord]:

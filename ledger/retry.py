@@ -20,6 +20,8 @@ from typing import ParamSpec, TypeVar
 
 from psycopg import errors
 
+from ledger.errors import NotWrittenError
+
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
@@ -34,6 +36,12 @@ BACKOFF_S = 0.05
 RETRIED = (errors.DeadlockDetected, errors.SerializationFailure)
 
 
+def _aborted(exc: BaseException) -> bool:
+    """PostgreSQL aborted the transaction to break a deadlock or a serialization failure
+    (raised as it is, or as the ``NotWrittenError`` a command reports it with)."""
+    return isinstance(exc, RETRIED) or (isinstance(exc, NotWrittenError) and isinstance(exc.__cause__, RETRIED))
+
+
 def retry_aborted(func: Callable[P, R]) -> Callable[P, R]:
     """Run ``func`` again (at most ``ATTEMPTS`` times in all) when PostgreSQL aborted
     its transaction with a deadlock or serialization failure; the last attempt's failure
@@ -45,8 +53,13 @@ def retry_aborted(func: Callable[P, R]) -> Callable[P, R]:
         for attempt in range(1, ATTEMPTS):
             try:
                 return func(*args, **kwargs)
-            except RETRIED as exc:
-                log.warning("%s: %s; running it again (attempt %d)", func.__name__, exc.sqlstate, attempt + 1)
+            except (*RETRIED, NotWrittenError) as exc:
+                if not _aborted(exc):
+                    raise
+                cause = exc if isinstance(exc, RETRIED) else exc.__cause__
+                log.warning(
+                    "%s: %s; running it again (attempt %d)", func.__name__, getattr(cause, "sqlstate", exc), attempt + 1
+                )
                 time.sleep(random.uniform(0, BACKOFF_S * attempt))
         return func(*args, **kwargs)
 

@@ -2,11 +2,20 @@
 ids and revisions, and appends events. A command returns only once the log has its
 events (the ``EventLog`` adapter's durability guarantee).
 
-Each command runs in one Postgres transaction over the ledger's own tables
-(``ledger.state``, ``ledger.crypto``): heads are locked, the events appended, then the
-transaction commits. If the append fails the transaction rolls back and nothing is
-written. (If the commit itself fails after a successful append, the log holds an event
-the heads do not; projections still apply it. This window is logged, not hidden.)
+Each command is one PostgreSQL transaction over the ledger's own tables (``ledger.state``,
+``ledger.crypto``), run by ``Ledger._execute``: the command's rules (its ``decide``
+function) read and lock the heads and decide its events; the events are then staged in
+the same transaction (``ledger.appending``: appended to the embedded log table, or
+written to the outbox that is relayed to Kafka), the transaction commits, and only then
+are outbox events published. So the log and the ledger's state never disagree: after
+any failure the command either happened everywhere (once the relay has published it) or
+nowhere, and the error says which, and so does the log (logging):
+
+- ``NotWrittenError``: nothing was recorded (the transaction failed or rolled back);
+- ``AcknowledgementLostError``: recorded, and the relay publishes it (the log did not
+  acknowledge in time, or the connection was lost after the commit);
+- ``OutcomeUnknownError``: the connection was lost during the commit and PostgreSQL could
+  not be asked afterwards whether it took place.
 """
 
 from __future__ import annotations
@@ -49,9 +58,16 @@ from contracts import (
     encode_event,
     utc_now,
 )
-from ledger import admission, dead_letters, erasure, state
+from ledger import admission, appending, commits, dead_letters, erasure, outbox, state, write_behind
 from ledger.crypto import Keyring
-from ledger.errors import InvalidCommandError, UnknownMemoryError
+from ledger.errors import (
+    AcknowledgementLostError,
+    EventLogError,
+    InvalidCommandError,
+    NotWrittenError,
+    OutcomeUnknownError,
+    UnknownMemoryError,
+)
 from ledger.eventlog import EventLog, LogPosition
 from ledger.pgschema import vacuum
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
@@ -64,6 +80,12 @@ log = logging.getLogger(__name__)
 
 SUMMARISER_WRITER = "memledger.summariser"
 """``provenance.writer`` of summaries the ledger regenerates."""
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying what failed (the first line of a driver's message)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def new_id() -> str:
@@ -87,6 +109,39 @@ class _EnvelopeFields(TypedDict):
     causation_id: str | None
 
 
+@dataclass
+class _Decision:
+    """What a command's rules decided, in its transaction: its events in log order, the
+    tombstone records to publish before them, and what it produced."""
+
+    events: list[Event]
+    tombstones: list[Tombstone] = field(default_factory=list)
+    memory_id: str | None = None
+    request_id: str | None = None
+    affected: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _BatchHints:
+    """Two reads for a whole batch of writes instead of two per write: the statement
+    fingerprints live memories of the batch's subjects make (``state.live_statements``;
+    the batch adds its own as it goes) and the subjects that ever withdrew a consent. A
+    write whose statement is not among the first cannot repeat a live memory, and a
+    write of a subject not among the second cannot meet a withdrawn consent, so the
+    per-write reads are skipped for them; the rules themselves are unchanged."""
+
+    statements: set[str]
+    revoking: set[str]
+
+    @classmethod
+    def read(
+        cls, conn: psycopg.Connection, cmds: Sequence[MemoryWrite], fingerprint: Callable[[str], str]
+    ) -> _BatchHints:
+        subjects = sorted({c.subject_id for c in cmds})
+        hmacs = sorted({fingerprint(c.content) for c in cmds if c.kind != "summary"})
+        return cls(state.live_statements(conn, subjects, hmacs), state.subjects_with_revocations(conn, subjects))
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """What an accepted command produced: its events and where the log put them."""
@@ -104,7 +159,10 @@ class Ledger:
     checked-in ``ledger/retention.toml``); ``summariser`` regenerates summaries whose
     sources were invalidated (default: extractive, no model); ``tombstone_log``, when
     given (the distributed mode), receives one record per erased memory besides the
-    ``tombstones`` table (``ledger.tombstone_log``)."""
+    ``tombstones`` table (``ledger.tombstone_log``), through the outbox.
+    ``relay_interval_s``: seconds between the outbox relay's passes in this process
+    (``None``: only the pass at start); not used when the log is the ledger's own
+    PostgreSQL table (``ledger.appending``). Call ``close`` to stop the relay."""
 
     def __init__(
         self,
@@ -116,6 +174,7 @@ class Ledger:
         policy: RetentionPolicy | None = None,
         summariser: Summariser | None = None,
         tombstone_log: TombstoneLog | None = None,
+        relay_interval_s: float | None = 1.0,
     ) -> None:
         self._pool = pool
         self._tombstone_log = tombstone_log
@@ -125,12 +184,35 @@ class Ledger:
         self._clock = clock
         self.policy = policy or load_policy()
         self._summariser = summariser or ExtractiveSummariser()
+        self._statements: dict[str, str] = {}
         with pool.connection() as conn:
             state.install(conn)
             Keyring.install(conn)
             erasure.install(conn)
             dead_letters.install(conn)
+            commits.install(conn)
+            outbox.install(conn)
             keyring.attach(conn)  # the fingerprint key survives master key rotations
+            commits.prune(conn)
+            conn.commit()
+        self._sink = appending.sink_for(pool, log, tombstone_log, relay_interval_s)
+
+    def close(self) -> None:
+        """Stop this process's outbox relay (what it has not published stays in the outbox
+        for the next ledger process to publish)."""
+        self._sink.close()
+
+    def relay_pending(self) -> int:
+        """Publish now what the outbox holds for subjects no command is publishing (a
+        failed or crashed command's events); returns how many events were published.
+
+        Raises:
+            EventLogError, psycopg.Error: the log or PostgreSQL failed; what was not
+                acknowledged stays in the outbox.
+        """
+        if isinstance(self._sink, appending.OutboxSink):
+            return self._sink.relay.drain()
+        return 0
 
     @property
     def keyring(self) -> Keyring:
@@ -163,7 +245,8 @@ class Ledger:
                 (``retention.expires_at`` not in the future or beyond the class
                 maximum, ``provenance.consent_ref`` missing), or a
                 ``provenance.derived_from`` id unknown for this subject or erased.
-            EventLogError: the log did not acknowledge the event; nothing was written.
+            NotWrittenError, AcknowledgementLostError, OutcomeUnknownError: PostgreSQL or
+                the log failed; see ``Ledger._execute`` for what each means.
         """
         return self.write_many(principal, [cmd], correlation_id)[0]
 
@@ -177,9 +260,15 @@ class Ledger:
             principal.require("write", cmd.subject_id)
         now = self._clock()
         corr = correlation_id or new_id()
-        with self._pool.connection() as conn, conn.transaction():
-            recorded = [self._record(conn, self.policy.apply(cmd, now), now, corr) for cmd in cmds]
-            positions = self._append([e for _, events in recorded for e in events])
+        recorded: list[tuple[str, list[Event]]] = []
+
+        def decide(conn: psycopg.Connection) -> _Decision:
+            hints = _BatchHints.read(conn, cmds, self._statement_hmac)
+            recorded[:] = [self._record(conn, self.policy.apply(cmd, now), now, corr, hints=hints) for cmd in cmds]
+            only = recorded[0][0] if len(recorded) == 1 else None
+            return _Decision([e for _, events in recorded for e in events], memory_id=only)
+
+        _, positions = self._execute("write", decide)
         results: list[CommandResult] = []
         start = 0
         for memory_id, events in recorded:
@@ -204,7 +293,8 @@ class Ledger:
         principal.require("write", cmd.subject_id)
         now = self._clock()
         corr = correlation_id or new_id()
-        with self._pool.connection() as conn, conn.transaction():
+
+        def decide(conn: psycopg.Connection) -> _Decision:
             old = self._one_head(conn, memory_id, cmd.subject_id, "memory_id")
             if old.subject_id != cmd.subject_id:
                 raise InvalidCommandError("subject_id", "a supersession cannot cross subjects")
@@ -222,8 +312,10 @@ class Ledger:
             new_id_, events = self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=True)
             if not any(isinstance(e, MemorySuperseded) and e.memory_id == memory_id for e in events):
                 events += self._supersede_all(conn, [old], new_id_, now, corr, events[0].event_id)
-            positions = self._append(events)
-        return CommandResult(tuple(events), tuple(positions), memory_id=new_id_)
+            return _Decision(events, memory_id=new_id_)
+
+        decision, positions = self._execute("supersede", decide)
+        return CommandResult(tuple(decision.events), tuple(positions), memory_id=decision.memory_id)
 
     def head(self, principal: Principal, subject_id: str, memory_id: str) -> state.MemoryHead:
         """The ledger's current view of one memory of ``subject_id`` (status, revision,
@@ -255,11 +347,13 @@ class Ledger:
         principal.require("write", subject_id)
         now = self._clock()
         corr = new_id()
-        with self._pool.connection() as conn, conn.transaction():
+
+        def decide(conn: psycopg.Connection) -> _Decision:
             head = self._one_head(conn, memory_id, subject_id, "memory_id")
-            events = self._confirm(conn, head, now, corr)
-            positions = self._append(events)
-        return CommandResult(tuple(events), tuple(positions), memory_id=memory_id)
+            return _Decision(self._confirm(conn, head, now, corr), memory_id=memory_id)
+
+        decision, positions = self._execute("confirm", decide)
+        return CommandResult(tuple(decision.events), tuple(positions), memory_id=memory_id)
 
     @retry_aborted
     def revoke_consent(self, principal: Principal, cmd: RevokeConsent) -> CommandResult:
@@ -280,7 +374,8 @@ class Ledger:
         principal.require("write", cmd.subject_id)
         now = self._clock()
         corr = new_id()
-        with self._pool.connection() as conn, conn.transaction():
+
+        def decide(conn: psycopg.Connection) -> _Decision:
             admission.admit_revocation(conn, cmd)
             covered = state.heads_where(
                 conn,
@@ -313,9 +408,11 @@ class Ledger:
             )
             events: list[Event] = [event]
             events += self._regenerate(conn, heads, {h.memory_id for h in heads}, now, corr, event.event_id)
-            positions = self._append(events)
+            return _Decision(events, affected=tuple(r.memory_id for r in affected))
+
+        decision, positions = self._execute("revoke-consent", decide)
         self._vacuum_keys()
-        return CommandResult(tuple(events), tuple(positions), affected=tuple(r.memory_id for r in affected))
+        return CommandResult(tuple(decision.events), tuple(positions), affected=decision.affected)
 
     @retry_aborted
     def sweep(self, principal: Principal, now: datetime | None = None) -> list[CommandResult]:
@@ -350,11 +447,14 @@ class Ledger:
             if not principal.may("write", subject_id):
                 log.warning("sweep: principal %s may not write %s; its expired memories stay", principal.id, subject_id)
                 continue
-            with self._pool.connection() as conn, conn.transaction():
-                events = self._expire(conn, subject_id, now) + self._end_grace(conn, subject_id, now)
-                if not events:
-                    continue
-                positions = self._append(events)
+
+            def decide(conn: psycopg.Connection, subject_id: str = subject_id) -> _Decision:
+                return _Decision(self._expire(conn, subject_id, now) + self._end_grace(conn, subject_id, now))
+
+            decision, positions = self._execute("sweep", decide)
+            events = decision.events
+            if not events:
+                continue
             touched = tuple(r.memory_id for e in events if isinstance(e, RetentionExpired) for r in e.affected)
             results.append(CommandResult(tuple(events), tuple(positions), affected=touched))
         if results:
@@ -375,7 +475,8 @@ class Ledger:
         now = self._clock()
         corr = new_id()
         replacement = cmd.replacement.strip() or "[redacted]"
-        with self._pool.connection() as conn, conn.transaction():
+
+        def decide(conn: psycopg.Connection) -> _Decision:
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
             if head.status not in state.HOLDING_STATUSES:
                 raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} is {head.status}: it holds no text")
@@ -411,9 +512,11 @@ class Ledger:
             events += self._regenerate(conn, summaries, set(), now, corr, event.event_id, supersede=True)
             # the old summaries restate the text that was redacted: their keys go with it
             self._destroy_keys(conn, [s.memory_id for s in summaries], now)
-            positions = self._append(events)
+            return _Decision(events, memory_id=cmd.memory_id)
+
+        decision, positions = self._execute("redact", decide)
         self._vacuum_keys()
-        return CommandResult(tuple(events), tuple(positions), memory_id=cmd.memory_id)
+        return CommandResult(tuple(decision.events), tuple(positions), memory_id=cmd.memory_id)
 
     @retry_aborted
     def erase(self, principal: Principal, cmd: EraseMemories, correlation_id: str | None = None) -> CommandResult:
@@ -430,14 +533,17 @@ class Ledger:
             NotAuthorisedError: no ``erase`` grant for the subject.
             UnknownMemoryError: a listed memory id is not a memory of the subject.
             InvalidCommandError: nothing left to erase (see ``erasure_targets``).
-            EventLogError: the tombstone topic or the log did not acknowledge; nothing
-                was erased (the transaction rolled back, published tombstones retracted).
+            NotWrittenError, AcknowledgementLostError, OutcomeUnknownError: as every
+                command (``Ledger._execute``): nothing was erased, or the erasure is
+                recorded (keys destroyed, tombstones and request written) and the relay
+                publishes its tombstones and event.
         """
         principal.require("erase", cmd.subject_id)
         now = self._clock()
         corr = correlation_id or new_id()
         request_id = "er-" + new_id()
-        with self._pool.connection() as conn, conn.transaction():
+
+        def decide(conn: psycopg.Connection) -> _Decision:
             targets = erasure.erasure_targets(conn, cmd)
             heads_by_id = state.lock_heads(conn, targets)
             named = set(cmd.memory_ids)
@@ -489,38 +595,147 @@ class Ledger:
             dead_letters.purge_postgres_dlq(conn, request_id, scope)  # a Kafka DLQ cannot be edited: trace lists it
             events: list[Event] = [event]
             events += self._regenerate(conn, cascaded, set(targets), now, corr, event.event_id)
-            self._publish_tombstones([Tombstone(m, cmd.subject_id, request_id, now) for m in targets])
-            try:
-                positions = self._append(events)  # last: a failure above leaves nothing in the log
-            except BaseException:
-                if self._tombstone_log is not None:  # nothing was erased: take the tombstones back
-                    self._tombstone_log.retract(targets)
-                raise
-            conn.execute(
-                "UPDATE erasure_requests SET log_partition = %s, log_offset = %s WHERE request_id = %s",
-                (positions[0].partition, positions[0].offset, request_id),
-            )
+            tombstones = [Tombstone(m, cmd.subject_id, request_id, now) for m in targets]
+            # tombstone records are published before the erasure's event (ledger.outbox)
+            published = tombstones if self._tombstone_log is not None else []
+            return _Decision(events, tombstones=published, request_id=request_id, affected=tuple(targets))
+
+        decision, positions = self._execute("erase", decide)
         self._vacuum_keys()
-        return CommandResult(tuple(events), tuple(positions), request_id=request_id, affected=tuple(targets))
+        return CommandResult(
+            tuple(decision.events), tuple(positions), request_id=request_id, affected=decision.affected
+        )
+
+    # -- the transaction around every command ----------------------------------------------
+
+    def _execute(
+        self, command: str, decide: Callable[[psycopg.Connection], _Decision]
+    ) -> tuple[_Decision, list[LogPosition]]:
+        """Run ``decide`` (the command's rules: it reads and locks state, changes it and
+        returns the events) in one transaction, stage its events (``ledger.appending``),
+        commit, then publish them; returns the decision and the events' log positions.
+
+        Raises:
+            LedgerError: ``decide`` refused the command (nothing was written).
+            NotWrittenError: PostgreSQL failed before the commit, or the commit did not
+                take place (nothing was written anywhere; safe to run again).
+            AcknowledgementLostError: committed, but the log did not acknowledge (or the
+                connection was lost after the commit): the relay publishes the events.
+            OutcomeUnknownError: the connection was lost during the commit and
+                PostgreSQL could not be asked whether it took place.
+        """
+        command_id = new_id()
+        with self._pool.connection() as conn:
+            try:
+                with write_behind.deferring(conn):
+                    decision = decide(conn)
+                    self._fault(command, "decided", conn)
+                    encoded = [encode_event(e) for e in decision.events]
+                    staged = self._sink.stage(conn, command_id, command, decision.events, encoded, decision.tombstones)
+                self._fault(command, "staged", conn)
+            except psycopg.Error as exc:
+                self._abandon(conn)
+                log.error("%s: not written: %s (nothing was recorded)", command, _reason(exc))
+                raise NotWrittenError(command, _reason(exc)) from exc
+            except BaseException:
+                self._abandon(conn)  # a refusal, or an interruption: rolled back, nothing written
+                raise
+            try:
+                conn.commit()
+            except psycopg.Error as exc:
+                self._abandon(conn)
+                return decision, self._after_lost_commit(command, command_id, decision, staged, exc)
+            except BaseException:
+                self._abandon(conn)
+                raise
+            try:
+                self._fault(command, "committed", conn)
+                positions = self._sink.settle(conn, staged)
+            except EventLogError as exc:
+                self._abandon(conn)
+                raise self._acknowledgement_lost(command, decision, _reason(exc)) from exc
+            except psycopg.Error as exc:  # the connection failed after the commit: publish on a new one
+                self._abandon(conn)
+                recovered = self._sink.recover(staged)
+                if recovered is None:
+                    raise self._acknowledgement_lost(command, decision, _reason(exc)) from exc
+                positions = recovered
+        return decision, positions
+
+    def _after_lost_commit(
+        self, command: str, command_id: str, decision: _Decision, staged: appending.Staged, exc: psycopg.Error
+    ) -> list[LogPosition]:
+        """The connection failed while committing: ask a new one whether the commit took
+        place, and publish if it did."""
+        committed = commits.was_committed(self._pool, command_id)
+        if committed is False:
+            log.error("%s: not written: the commit failed: %s (nothing was recorded)", command, _reason(exc))
+            raise NotWrittenError(command, f"the commit failed: {_reason(exc)}") from exc
+        if committed is None:
+            event_ids = tuple(e.event_id for e in decision.events)
+            log.error("%s: outcome unknown (command %s): %s", command, command_id, _reason(exc))
+            raise OutcomeUnknownError(command, _reason(exc), command_id, event_ids) from exc
+        positions = self._sink.recover(staged)
+        if positions is None:
+            raise self._acknowledgement_lost(command, decision, f"connection lost after the commit: {_reason(exc)}")
+        return positions
+
+    def _acknowledgement_lost(self, command: str, decision: _Decision, reason: str) -> AcknowledgementLostError:
+        event_ids = tuple(e.event_id for e in decision.events)
+        log.warning(
+            "%s: written, acknowledgement lost (%s): events %s wait in the outbox; the relay publishes them",
+            command,
+            reason,
+            ", ".join(event_ids),
+        )
+        event_types = tuple(e.type for e in decision.events)
+        return AcknowledgementLostError(
+            command, reason, event_ids, decision.memory_id, decision.request_id, event_types=event_types
+        )
+
+    def _abandon(self, conn: psycopg.Connection) -> None:
+        """Roll back (a lost connection is discarded by the pool) and release the sink's locks."""
+        try:
+            conn.rollback()
+        except psycopg.Error:
+            pass
+        self._sink.abandon(conn)
+
+    def _fault(self, command: str, step: str, conn: psycopg.Connection) -> None:
+        """A point between two steps of a command on ``conn`` (``decided``: the rules ran;
+        ``staged``: the events are in the transaction, before the commit; ``committed``:
+        before they are published). Does nothing: fault-injection tests replace it to
+        fail there."""
 
     # -- the rules of a slot ------------------------------------------------------------
 
     def _record(
-        self, conn: psycopg.Connection, cmd: MemoryWrite, now: datetime, corr: str, explicit: bool = False
+        self,
+        conn: psycopg.Connection,
+        cmd: MemoryWrite,
+        now: datetime,
+        corr: str,
+        explicit: bool = False,
+        hints: _BatchHints | None = None,
     ) -> tuple[str, list[Event]]:
         """Apply the slot rules to one (policy-checked) write; returns the memory id the
-        write ended in and its events, in log order."""
+        write ended in and its events, in log order. ``hints`` (a batch's) only skip reads
+        that cannot find anything."""
         if cmd.kind == "summary" and cmd.key is not None:
             raise InvalidCommandError("key", "a summary has no key: it restates its sources, it is no slot's answer")
-        admission.admit(conn, cmd, now)
-        if cmd.kind != "summary" and not explicit:
+        admission.admit(conn, cmd, now, withdrawn_possible=hints is None or cmd.subject_id in hints.revoking)
+        statement = self._statement_hmac(cmd.content)
+        seen = hints is None or statement in hints.statements
+        if hints is not None and cmd.kind != "summary":
+            hints.statements.add(statement)  # the memory written below makes it from now on
+        if cmd.kind != "summary" and not explicit and seen:
             same = state.find_statement(
                 conn,
                 cmd.subject_id,
                 cmd.purpose,
                 cmd.scope,
                 cmd.key,
-                self._statement_hmac(cmd.content),
+                statement,
                 now,
                 cmd.sensitivity,
                 cmd.provenance.consent_ref,
@@ -775,7 +990,14 @@ class Ledger:
         return self._keyring.seal(conn, subject_id, key_id, personal.model_dump_json(), PERSONAL_CONTEXT)
 
     def _statement_hmac(self, text: str) -> str:
-        return self._keyring.fingerprint("statement\x00" + normalise_statement(text))
+        """The keyed fingerprint of the statement ``text`` makes (``normalise_statement``);
+        a batch asks for each text several times, so recent answers are kept."""
+        found = self._statements.get(text)
+        if found is None:
+            if len(self._statements) >= 4096:
+                self._statements.clear()
+            found = self._statements[text] = self._keyring.fingerprint("statement\x00" + normalise_statement(text))
+        return found
 
     def _envelope(
         self, subject_id: str, now: datetime, correlation_id: str, causation_id: str | None = None
@@ -803,7 +1025,7 @@ class Ledger:
         # MemoryConfirmed next (`_record`), so the log says when and on which write it was
         inference = cmd.kind == "inference"
         status = "needs_confirmation" if inference else "active"
-        sealed = self._keyring.seal(conn, cmd.subject_id, memory_id, cmd.content)
+        sealed = self._keyring.seal(conn, cmd.subject_id, memory_id, cmd.content, fresh=True)  # a new id: a new key
         personal = PersonalFields.of(cmd.key, cmd.scope, cmd.provenance)
         body = MemoryBody(
             kind=cmd.kind,
@@ -865,14 +1087,3 @@ class Ledger:
         if not allow_inactive and head.expires_at is not None and head.expires_at <= self._clock():
             raise InvalidCommandError(field_name, f"memory {memory_id!r} expired at {head.expires_at.isoformat()}")
         return head
-
-    def _publish_tombstones(self, tombstones: Sequence[Tombstone]) -> None:
-        """Publish to the tombstone topic before the erasure's event is appended, so that
-        no projection can read ``ErasureRequested`` (or replay past it) while the topic
-        still lacks one of its memories. Raises ``EventLogError`` (the erasure then rolls
-        back: keys, table rows and request are not written)."""
-        if self._tombstone_log is not None and tombstones:
-            self._tombstone_log.publish(tombstones)
-
-    def _append(self, events: Sequence[Event]) -> list[LogPosition]:
-        return self._log.append_batch([(e.subject_id, encode_event(e)) for e in events])

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from contracts.events import RedactedState
 from contracts.memory import PersonalFields, Scope, SealedText
+from ledger import write_behind
 from ledger.pgschema import ensure_schema
 
 SCHEMA_SQL = """
@@ -91,6 +92,10 @@ ALTER TABLE ledger_memories ALTER COLUMN scope_id DROP NOT NULL;
 CREATE TABLE IF NOT EXISTS ledger_schema_personal (applied_at timestamptz NOT NULL DEFAULT now());
 """
 
+STATEMENT_SQL = """
+CREATE INDEX IF NOT EXISTS ledger_memories_statement ON ledger_memories (statement_hmac);
+"""
+
 ACTIVE_STATUSES = ("active", "needs_confirmation")
 """Statuses of a memory that may be used (recall, slots, sources)."""
 HOLDING_STATUSES = (*ACTIVE_STATUSES, "superseded")
@@ -133,12 +138,19 @@ class MemoryHead:
         return Scope(type=self.scope_type, id=self.scope_id)  # type: ignore[arg-type]
 
 
+def _sql(conn: psycopg.Connection, query: str, params: Sequence[object] = ()) -> psycopg.Cursor[Any]:
+    """Run ``query`` after sending the heads the command holds back (``ledger.write_behind``)."""
+    write_behind.barrier(conn)
+    return conn.execute(query, params)
+
+
 def install(conn: psycopg.Connection) -> None:
     """Create the ledger's tables if missing, and add the lifecycle columns to a ledger
     created by an earlier version."""
     ensure_schema(conn, "tombstones", SCHEMA_SQL)
     ensure_schema(conn, "ledger_schema_lifecycle", LIFECYCLE_SQL)
     ensure_schema(conn, "ledger_schema_personal", PERSONAL_SQL)  # erasure forgets scope ids
+    ensure_schema(conn, "ledger_memories_statement", STATEMENT_SQL)  # a batch asks for its statements at once
 
 
 def _head(row: tuple[Any, ...]) -> MemoryHead:
@@ -179,7 +191,7 @@ _BY_ID = f"SELECT {_HEAD_COLUMNS} FROM ledger_memories WHERE memory_id = ANY(%s)
 def lock_heads(conn: psycopg.Connection, memory_ids: Sequence[str]) -> dict[str, MemoryHead]:
     """Lock (``FOR UPDATE``, until the transaction ends) and return the heads of the
     given memories, for a command about to change them (absent ids are left out)."""
-    rows = conn.execute(_BY_ID + " FOR UPDATE", (list(memory_ids),)).fetchall()
+    rows = _sql(conn, _BY_ID + " FOR UPDATE", (list(memory_ids),)).fetchall()
     return {r[0]: _head(r) for r in rows}
 
 
@@ -187,7 +199,7 @@ def read_heads(conn: psycopg.Connection, memory_ids: Sequence[str]) -> dict[str,
     """The heads of the given memories as last committed, without locking them (absent
     ids are left out): for reads, which must neither wait for a command in progress nor
     hold one up. A command that acts on a head locks it again (``lock_heads``)."""
-    rows = conn.execute(_BY_ID, (list(memory_ids),)).fetchall()
+    rows = _sql(conn, _BY_ID, (list(memory_ids),)).fetchall()
     return {r[0]: _head(r) for r in rows}
 
 
@@ -195,7 +207,8 @@ def heads_where(
     conn: psycopg.Connection, subject_id: str, condition: str, params: Sequence[object]
 ) -> list[MemoryHead]:
     """Lock and return the subject's heads matching an SQL ``condition`` (trusted text)."""
-    rows = conn.execute(
+    rows = _sql(
+        conn,
         f"SELECT {_HEAD_COLUMNS} FROM ledger_memories WHERE subject_id = %s AND ({condition})"
         " ORDER BY memory_id FOR UPDATE",
         (subject_id, *params),
@@ -257,14 +270,36 @@ def find_statement(
     return heads[0] if heads else None
 
 
+def live_statements(conn: psycopg.Connection, subject_ids: Sequence[str], statement_hmacs: Sequence[str]) -> set[str]:
+    """Which of ``statement_hmacs`` a live memory of one of ``subject_ids`` makes (one read
+    for a whole batch of writes). ``find_statement`` can only find a memory whose
+    statement fingerprint is among these, so a batch skips it for the others."""
+    rows = _sql(
+        conn,
+        "SELECT DISTINCT statement_hmac FROM ledger_memories WHERE statement_hmac = ANY(%s)"
+        " AND subject_id = ANY(%s) AND status = ANY(%s)",
+        (list(statement_hmacs), list(subject_ids), list(ACTIVE_STATUSES)),
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def subjects_with_revocations(conn: psycopg.Connection, subject_ids: Sequence[str]) -> set[str]:
+    """Which of ``subject_ids`` ever withdrew a consent (one read for a batch): only their
+    writes need the withdrawn-consent check of ``ledger.admission``."""
+    rows = _sql(
+        conn, "SELECT DISTINCT subject_id FROM consent_revocations WHERE subject_id = ANY(%s)", (list(subject_ids),)
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
 def derived_closure(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:
     """Every memory derived, directly or transitively, from any of ``memory_ids``
     (summaries and inferences), excluding the given ids themselves."""
     found: set[str] = set()
     frontier = list(memory_ids)
     while frontier:
-        rows = conn.execute(
-            "SELECT memory_id FROM ledger_memories WHERE derived_from && %s::text[]", (frontier,)
+        rows = _sql(
+            conn, "SELECT memory_id FROM ledger_memories WHERE derived_from && %s::text[]", (frontier,)
         ).fetchall()
         frontier = [r[0] for r in rows if r[0] not in found and r[0] not in memory_ids]
         found.update(frontier)
@@ -297,17 +332,16 @@ def insert_head(
     statement_hmac: str | None,
     sealed_content: SealedText,
 ) -> None:
-    """Record a new memory at revision 1."""
-    conn.execute(
-        """
-        INSERT INTO ledger_memories (memory_id, subject_id, revision, status, kind, purpose, scope_type,
-            scope_id, key, consent_ref, turn_id, tool_call_id, source_ref, derived_from, expires_at, written_at,
-            content_hmac, sensitivity, retention_basis, confidence, veracity, statement_hmac, sealed_content)
-        VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-        """,
+    """Record a new memory at revision 1 (held back until the next read of the heads while
+    a command defers its inserts: ``ledger.write_behind``)."""
+    write_behind.insert(
+        conn,
+        "ledger_memories",
+        _INSERT_COLUMNS,
         (
             memory_id,
             subject_id,
+            1,
             status,
             kind,
             purpose,
@@ -332,9 +366,37 @@ def insert_head(
     )
 
 
+_INSERT_COLUMNS = (
+    "memory_id",
+    "subject_id",
+    "revision",
+    "status",
+    "kind",
+    "purpose",
+    "scope_type",
+    "scope_id",
+    "key",
+    "consent_ref",
+    "turn_id",
+    "tool_call_id",
+    "source_ref",
+    "derived_from",
+    "expires_at",
+    "written_at",
+    "content_hmac",
+    "sensitivity",
+    "retention_basis",
+    "confidence",
+    "veracity",
+    "statement_hmac",
+    "sealed_content",
+)
+
+
 def bump(conn: psycopg.Connection, memory_id: str, revision: int, status: str | None = None) -> None:
     """Set a memory's revision (and status, when given)."""
-    conn.execute(
+    _sql(
+        conn,
         "UPDATE ledger_memories SET revision = %s, status = coalesce(%s, status) WHERE memory_id = %s",
         (revision, status, memory_id),
     )
@@ -345,12 +407,13 @@ def set_fields(conn: psycopg.Connection, memory_id: str, **values: object) -> No
     parameters). ``SealedText`` values are stored as JSON."""
     columns = ", ".join(f"{name} = %s" for name in values)
     params = [Jsonb(v.model_dump(mode="json")) if isinstance(v, SealedText) else v for v in values.values()]
-    conn.execute(f"UPDATE ledger_memories SET {columns} WHERE memory_id = %s", (*params, memory_id))
+    _sql(conn, f"UPDATE ledger_memories SET {columns} WHERE memory_id = %s", (*params, memory_id))
 
 
 def record_revocation(conn: psycopg.Connection, subject_id: str, consent_ref: str, at: datetime) -> None:
     """Remember that the subject withdrew consent ``consent_ref`` (first time wins)."""
-    conn.execute(
+    _sql(
+        conn,
         "INSERT INTO consent_revocations (subject_id, consent_ref, revoked_at) VALUES (%s, %s, %s)"
         " ON CONFLICT DO NOTHING",
         (subject_id, consent_ref, at),
@@ -359,7 +422,8 @@ def record_revocation(conn: psycopg.Connection, subject_id: str, consent_ref: st
 
 def revoked_at(conn: psycopg.Connection, subject_id: str, consent_ref: str) -> datetime | None:
     """When the subject withdrew consent ``consent_ref``, or ``None``."""
-    row = conn.execute(
+    row = _sql(
+        conn,
         "SELECT revoked_at FROM consent_revocations WHERE subject_id = %s AND consent_ref = %s",
         (subject_id, consent_ref),
     ).fetchone()
@@ -370,13 +434,14 @@ def mark_keys_destroyed(conn: psycopg.Connection, memory_ids: Sequence[str], at:
     """Record that the data keys of these memories are gone: their sealed copy and their
     personal fields are dropped from the head table too (``forget_personal``), so the
     head keeps nothing the log can no longer show."""
-    conn.execute("UPDATE ledger_memories SET keys_destroyed_at = %s WHERE memory_id = ANY(%s)", (at, list(memory_ids)))
+    _sql(conn, "UPDATE ledger_memories SET keys_destroyed_at = %s WHERE memory_id = ANY(%s)", (at, list(memory_ids)))
     forget_personal(conn, memory_ids)
 
 
 def redacted_state(conn: psycopg.Connection, memory_id: str) -> RedactedState:
     """The memory's current state, as ``MemoryRedacted`` carries it."""
-    row = conn.execute(
+    row = _sql(
+        conn,
         "SELECT status, kind, purpose, scope_type, scope_id, expires_at, derived_from FROM ledger_memories"
         " WHERE memory_id = %s",
         (memory_id,),
@@ -399,8 +464,8 @@ _PERSONAL_COLUMNS = tuple(PersonalFields.model_fields)
 
 def personal_fields(conn: psycopg.Connection, memory_id: str) -> PersonalFields:
     """The memory's personal fields as its head holds them (``contracts.PersonalFields``)."""
-    row = conn.execute(
-        f"SELECT {', '.join(_PERSONAL_COLUMNS)} FROM ledger_memories WHERE memory_id = %s", (memory_id,)
+    row = _sql(
+        conn, f"SELECT {', '.join(_PERSONAL_COLUMNS)} FROM ledger_memories WHERE memory_id = %s", (memory_id,)
     ).fetchone()
     assert row is not None
     return PersonalFields.model_validate(dict(zip(_PERSONAL_COLUMNS, row, strict=True)))
@@ -412,12 +477,13 @@ def forget_personal(conn: psycopg.Connection, memory_ids: Sequence[str]) -> None
     stays: trace probes search the stores with it). What stays is content-free: ids,
     subject, revision, status, kind, purpose, scope type, class, times and lineage."""
     cleared = ", ".join(f"{c} = NULL" for c in (*_PERSONAL_COLUMNS, "statement_hmac", "sealed_content"))
-    conn.execute(f"UPDATE ledger_memories SET {cleared} WHERE memory_id = ANY(%s)", (list(memory_ids),))
+    _sql(conn, f"UPDATE ledger_memories SET {cleared} WHERE memory_id = ANY(%s)", (list(memory_ids),))
 
 
 def content_hmacs(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:
     """The content fingerprints recorded for the given memories (those that have one)."""
-    rows = conn.execute(
+    rows = _sql(
+        conn,
         "SELECT content_hmac FROM ledger_memories WHERE memory_id = ANY(%s) AND content_hmac IS NOT NULL",
         (list(memory_ids),),
     ).fetchall()

@@ -34,8 +34,9 @@ from typing import Protocol
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
+from ledger import topics
 from ledger.errors import EventLogError
-from ledger.kafka_log import close_quietly, ensure_topics
+from ledger.kafka_log import close_quietly
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,13 @@ class Tombstone:
         if erased_at.tzinfo is None:
             raise ValueError("erased_at: must be timezone-aware (UTC)")
         return cls(memory_id, str(body["subject_id"]), str(body["request_id"]), erased_at)
+
+
+def recreated(offsets: dict[int, int], ends: dict[int, int]) -> bool:
+    """Whether a topic read up to ``offsets`` (partition -> next offset) was deleted and
+    created again, judged by its current ``ends``: a partition ended before where it was
+    read to, or gone. (A compacted topic's offsets never go back otherwise.)"""
+    return bool(ends) and any(p not in ends or ends[p] < off for p, off in offsets.items() if off > 0)
 
 
 class TombstoneLog(Protocol):
@@ -132,16 +140,17 @@ class KafkaTombstoneLog:
     idempotent with ``acks=all``; reads use a group-less consumer.
 
     Raises (constructor):
-        EventLogError: Kafka cannot be reached or the topic cannot be created.
+        EventLogError: Kafka cannot be reached.
+        TopicMisconfiguredError: the topic is missing, or not compacted with infinite
+            retention (``ledger.topics``; ``memledger topics create`` makes it).
     """
 
-    def __init__(
-        self, bootstrap: str, topic: str = TOMBSTONE_TOPIC, partitions: int = 6, timeout_s: float = 30.0
-    ) -> None:
+    def __init__(self, bootstrap: str, topic: str = TOMBSTONE_TOPIC, timeout_s: float = 30.0) -> None:
         self.topic = topic
         self._bootstrap = bootstrap
         self._timeout_s = timeout_s
-        ensure_topics(bootstrap, partitions, (topic,), compacted=(topic,))
+        # never created here: a reader that made a missing topic would start from nothing
+        topics.prepare(bootstrap, [topics.tombstone_topic(topic)], 1, create=False)
         with ExitStack() as built:  # if the consumer cannot be built, the producer is closed
             try:
                 self._producer = KafkaProducer(
@@ -177,6 +186,16 @@ class KafkaTombstoneLog:
             for f in futures:
                 f.get(timeout=self._timeout_s)
         except KafkaError as exc:
+            close_quietly(self._producer, timeout=0)  # as the event log's: the next publish gets a new producer
+            try:
+                self._producer = KafkaProducer(
+                    bootstrap_servers=self._bootstrap,
+                    acks="all",
+                    enable_idempotence=True,
+                    client_id="memledger-tombstones",
+                )
+            except KafkaError:
+                log.warning("a new producer for %s could not be built yet", self.topic, exc_info=True)
             raise EventLogError(f"publishing tombstones to {self.topic} on {self._bootstrap} failed: {exc}") from exc
 
     def read_from(self, offsets: dict[int, int]) -> tuple[list[tuple[str, Tombstone | None]], dict[int, int]]:
@@ -186,6 +205,9 @@ class KafkaTombstoneLog:
                 parts = self._consumer.partitions_for_topic(self.topic) or set()
                 tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
                 ends = {tp.partition: int(o) for tp, o in self._consumer.end_offsets(tps).items()} if tps else {}
+                if recreated(offsets, ends):
+                    log.warning("%s was deleted and created again: reading it again from the start", self.topic)
+                    offsets = {}
                 todo = [tp for tp in tps if offsets.get(tp.partition, 0) < ends[tp.partition]]
                 new = dict(offsets) | {p: max(offsets.get(p, 0), 0) for p in ends}
                 if not todo:

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 from psycopg_pool import ConnectionPool
 
-from contracts import Event
+from contracts import ErasureRequested, Event
 from ledger.eventlog import LogPosition
 from projections import base
 
@@ -38,6 +38,11 @@ redis.call('DEL', KEYS[2])
 redis.call('INCR', KEYS[1])
 return removed
 """
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` with Redis glob metacharacters escaped, for a ``SCAN MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 class RecallCache:
@@ -92,6 +97,14 @@ class RecallCache:
         keys = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
         return [k for k in keys if self._r.exists(k)]
 
+    def drop_subject(self, subject_id: str) -> int:
+        """Delete every cached recall result of the subject, found by scanning its key
+        prefix (so entries its key set does not list count too), and bump its generation.
+        Returns how many keys were deleted."""
+        pattern = f"{self.prefix}recall:{_glob_escape(subject_id)}:*"
+        deleted = sum(int(self._r.delete(k)) for k in self._r.scan_iter(match=pattern, count=500))
+        return deleted + self.invalidate(subject_id)
+
     def purge_memories(self, memory_ids: set[str]) -> tuple[int, list[str]]:
         """Delete every cached recall result holding any of ``memory_ids`` (found by
         scanning, so entries restored from a backup count too) and bump the generation
@@ -141,4 +154,7 @@ class CacheProjection(base.PositionedProjection):
         """Invalidate each touched subject once, then store receipts and positions."""
         todo = self.pending(items)
         removed = {subject: self.cache.invalidate(subject) for subject in dict.fromkeys(e.subject_id for e, _ in todo)}
+        for event, _ in todo:
+            if isinstance(event, ErasureRequested) and event.request_kind == "subject":
+                removed[event.subject_id] += self.cache.drop_subject(event.subject_id)  # entries its set does not list
         self.commit_positions(todo, "cache", lambda e: removed.get(e.subject_id, 0))

@@ -342,8 +342,15 @@ class FactsProjection(base.TransactionalProjection):
 
     def _erased(self, conn: psycopg.Connection, e: ErasureRequested, position: LogPosition) -> None:
         ids = [r.memory_id for r in e.affected]
-        removed = conn.execute(f"DELETE FROM {self.table} WHERE memory_id = ANY(%s)", (ids,)).rowcount
-        conn.execute(f"UPDATE {self.history} SET content_hmac = NULL WHERE memory_id = ANY(%s)", (ids,))
+        # a whole subject: every row of it, whether or not the ledger's heads knew the memory
+        subject = e.subject_id if e.request_kind == "subject" else None
+        removed = conn.execute(
+            f"DELETE FROM {self.table} WHERE memory_id = ANY(%s) OR subject_id = %s", (ids, subject)
+        ).rowcount
+        conn.execute(
+            f"UPDATE {self.history} SET content_hmac = NULL WHERE memory_id = ANY(%s) OR subject_id = %s",
+            (ids, subject),
+        )
         base.write_receipt(conn, e.request_id, "facts", self.id, position, removed)
         base.write_receipt(conn, e.request_id, "history", self.id, position, len(ids))
 

@@ -107,6 +107,9 @@ class SummariesProjection(base.TransactionalProjection):
                 conn.execute(f"DELETE FROM {self.table} WHERE memory_id = %s", (event.replaces,))
         elif isinstance(event, _INVALIDATING):
             removed = self._drop_derived(conn, [r.memory_id for r in touched_memories(event)])
+            if isinstance(event, ErasureRequested) and event.request_kind == "subject":
+                # a whole subject: every summary of it, whether or not the ledger's heads knew it
+                removed += conn.execute(f"DELETE FROM {self.table} WHERE subject_id = %s", (event.subject_id,)).rowcount
             if isinstance(event, ErasureRequested):
                 base.write_receipt(conn, event.request_id, "summaries", self.id, position, removed)
 

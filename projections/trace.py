@@ -137,25 +137,30 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
             raise UnknownRequestError(request_id)
         subject, kind, ids, hmacs, by, reason, basis, requested_at, part, off = row
         receipts = _receipts(conn, request_id)
+        probed = _probed_ids(conn, targets, subject, kind, list(ids), part, off)
         found: dict[str, int | None] = {
-            "facts": _count(conn, f"SELECT count(*) FROM {targets.facts_table} WHERE memory_id = ANY(%s)", ids),
+            "facts": _count(conn, f"SELECT count(*) FROM {targets.facts_table} WHERE memory_id = ANY(%s)", probed),
             "history": _count(
                 conn,
                 f"SELECT count(*) FROM {targets.history_table} WHERE memory_id = ANY(%s) AND content_hmac IS NOT NULL",
-                ids,
+                probed,
             ),
             "summaries": _count(
                 conn,
                 f"SELECT count(*) FROM {targets.summaries_table} WHERE memory_id = ANY(%s) OR derived_from && %s",
-                ids,
-                ids,
+                probed,
+                probed,
             ),
             "log": _count(
                 conn,
-                "SELECT count(*) FROM memory_keys WHERE (key_id = ANY(%s) OR split_part(key_id, '/', 1) = ANY(%s))"
+                "SELECT count(*) FROM memory_keys WHERE ((key_id = ANY(%s) OR split_part(key_id, '/', 1) = ANY(%s))"
+                " OR (%s AND subject_id = %s AND key_id LIKE 'subject:%%' AND created_at <= %s))"
                 " AND wrapped_key IS NOT NULL",
-                ids,
-                ids,
+                probed,
+                probed,
+                kind == "subject",
+                subject,
+                requested_at,
             ),
         }
         by_fingerprint: dict[str, int | None] = {
@@ -187,8 +192,8 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         source_ref=source_ref,
         fingerprints=len(hmacs),
     )
-    found["vectors"], by_fingerprint["vectors"] = _probe_vectors(targets.index, subject, ids, set(hmacs))
-    found["cache"], by_fingerprint["cache"] = _probe_cache(targets, subject, set(ids), set(hmacs))
+    found["vectors"], by_fingerprint["vectors"] = _probe_vectors(targets.index, subject, probed, set(hmacs))
+    found["cache"], by_fingerprint["cache"] = _probe_cache(targets, subject, set(probed), set(hmacs))
     # the keys were destroyed in the transaction that recorded the request
     log_receipt = _Receipt("log", requested_at, part, off, len(ids), None)
     counted = targets.receipt_projections
@@ -205,6 +210,29 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         report.stores.append(_dlq_trace(targets, scope_of(ids, kind, subject, source_ref), purged, log_receipt))
     report.verdict = verdict_of(report.stores)
     return report
+
+
+def _probed_ids(
+    conn: psycopg.Connection,
+    targets: TraceTargets,
+    subject: str,
+    kind: str,
+    ids: list[str],
+    partition: int | None,
+    offset: int | None,
+) -> list[str]:
+    """The memory ids the probes look for: the request's, and for an erasure of a whole
+    subject also every memory of the subject that the log held before the erasure (its
+    history rows in the subject's partition before the erasure's offset), whether or not
+    the ledger's heads knew it. A memory written after the erasure is not among them."""
+    if kind != "subject" or partition is None or offset is None:
+        return ids
+    rows = conn.execute(
+        f"SELECT DISTINCT memory_id FROM {targets.history_table}"
+        " WHERE subject_id = %s AND log_partition = %s AND log_offset < %s",
+        (subject, partition, offset),
+    ).fetchall()
+    return sorted(set(ids) | {str(r[0]) for r in rows})
 
 
 def _dlq_purged(conn: psycopg.Connection, request_id: str) -> int:

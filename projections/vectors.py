@@ -148,6 +148,9 @@ class VectorsProjection(base.PositionedProjection):
                     self._update(ref.memory_id, ref.revision, {"status": "needs_confirmation"}, current)
             elif isinstance(e, MemorySuperseded | ConsentRevoked | RetentionExpired | ErasureRequested):
                 gone = [r.memory_id for r in touched_memories(e)]
+                if isinstance(e, ErasureRequested) and e.request_kind == "subject":
+                    # a whole subject: every point of it, whether or not the ledger's heads knew it
+                    gone += [m for m in self._index.scroll_ids(e.subject_id) if m not in gone]
                 self._index.delete(gone)
                 for m in gone:
                     current.pop(m, None)

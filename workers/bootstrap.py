@@ -16,6 +16,7 @@ from urllib.parse import urlparse, urlunparse
 
 from psycopg_pool import ConnectionPool
 
+from ledger import topics
 from ledger.crypto import Keyring, new_master_key, parse_master_key
 from ledger.dead_letters import DeadLetterProbe, ErasureScope, probe_kafka_dlq, probe_postgres_dlq
 from ledger.eventlog import DeadLetterQueue, EventLog
@@ -421,17 +422,30 @@ def build_vector_index(settings: Settings, own_vectors: bool, version: int = 1) 
     return QdrantClientIndex.for_path(str(path if version == 1 else path / f"v{version}"), collection)
 
 
+def topic_specs(settings: Settings) -> list[topics.TopicSpec]:
+    """The Kafka topics of ``settings`` and the settings each must have (``ledger.topics``)."""
+    return [
+        topics.events_topic(settings.topic, settings.partitions),
+        topics.tombstone_topic(settings.tombstone_topic),
+        topics.dlq_topic(settings.dlq_topic),
+    ]
+
+
 def build(
     settings: Settings | None = None,
     *,
     own_vectors: bool = True,
     projections: tuple[str, ...] = PROJECTION_NAMES,
+    create_topics: bool = True,
 ) -> Services:
     """Build every adapter for ``settings`` (default: from the environment).
 
     ``own_vectors``: this process opens the local vector index itself (embedded mode, or
-    the vectors worker); otherwise it queries the owner over HTTP. Raises whatever the
-    adapters raise when a service is unreachable (``EventLogError``, psycopg errors).
+    the vectors worker); otherwise it queries the owner over HTTP. In the distributed mode
+    the topics are checked first (``ledger.topics.prepare``): missing ones are created when
+    ``create_topics`` (a worker passes False: it never creates one), and a topic with the
+    wrong settings is refused. Raises whatever the adapters raise when a service is
+    unreachable (``EventLogError``, psycopg errors) and ``TopicMisconfiguredError``.
     """
     settings = settings or Settings()
     closers: list[Any] = []
@@ -452,10 +466,12 @@ def build(
             from ledger.kafka_log import KafkaDeadLetterQueue, KafkaEventLog
 
             assert settings.kafka_bootstrap is not None
+            topics.prepare(settings.kafka_bootstrap, topic_specs(settings), settings.partitions, create=create_topics)
             event_log = KafkaEventLog(
                 settings.kafka_bootstrap,
                 topic=settings.topic,
                 partitions=settings.partitions,
+                create_topics=False,
                 dlq_topic=settings.dlq_topic,
             )
             closers.append(event_log.close)  # before the next client: closed if that one fails
@@ -463,9 +479,7 @@ def build(
             closers.append(dlq.close)
             from ledger.tombstone_log import KafkaTombstoneLog
 
-            tombstone_log = KafkaTombstoneLog(
-                settings.kafka_bootstrap, topic=settings.tombstone_topic, partitions=settings.partitions
-            )
+            tombstone_log = KafkaTombstoneLog(settings.kafka_bootstrap, topic=settings.tombstone_topic)
             closers.append(tombstone_log.close)
             tombstone_set = TombstoneSet(tombstone_log)
         else:
@@ -481,6 +495,7 @@ def build(
             policy=load_policy(settings.retention_policy_file),
             tombstone_log=tombstone_log,
         )
+        closers.append(ledger.close)  # its outbox relay, before the pool and the log close
         content = ContentAccess(pool, keyring, tombstone_set)
         stores = VersionedStores(settings, pool, content, _redis(settings, closers), own_vectors)
         closers.append(stores.close)

@@ -207,7 +207,7 @@ def run_faust(
     import faust
 
     batch_size = batch_size or (VECTORS_BATCH_SIZE if name == "vectors" else BATCH_SIZE)
-    svc = build(settings, own_vectors=False, projections=())
+    svc = build(settings, own_vectors=False, projections=(), create_topics=False)  # topics: checked, never created
     with svc.pool.connection() as conn:
         found = [v for v in versions.versions(conn, name) if v.version == version and v.state != "retired"]
     if not found:

@@ -33,7 +33,7 @@ from contracts import (
     describe_validation_error,
     utc_now,
 )
-from ledger.errors import LedgerError
+from ledger.errors import AcknowledgementLostError, LedgerError, NotWrittenError, OutcomeUnknownError
 from ledger.service import CommandResult
 from projections.errors import ProjectionError
 from projections.vector_index import VectorIndexError
@@ -391,6 +391,7 @@ from workers.cli import erasure as cli_erasure  # noqa: E402
 from workers.cli import evaluation as cli_eval  # noqa: E402
 from workers.cli import ops as cli_ops  # noqa: E402
 from workers.cli import serving as cli_serving  # noqa: E402
+from workers.cli import topics as cli_topics  # noqa: E402
 from workers.cli import verify as cli_verify  # noqa: E402
 from workers.cli import versions as cli_versions  # noqa: E402
 
@@ -402,6 +403,12 @@ cli_eval.register(app)
 cli_erasure.register(app)
 cli_verify.register(app)
 cli_serving.register(app)
+cli_topics.register(app)
+
+_OUTCOME_EXIT: dict[type[Exception], int] = {NotWrittenError: 1, AcknowledgementLostError: 3, OutcomeUnknownError: 4}
+"""Exit status of a command that failed for the log or PostgreSQL rather than its input:
+1 not written (safe to run again), 3 written with the acknowledgement lost (do not run it
+again), 4 outcome unknown."""
 
 _USER_ERRORS = (
     LedgerError,
@@ -445,6 +452,9 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
     except ValidationError as exc:
         print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
         return 2
+    except (NotWrittenError, AcknowledgementLostError, OutcomeUnknownError) as exc:  # not a refusal: see README
+        print(f"error: {exc}", file=sys.stderr)
+        return _OUTCOME_EXIT[type(exc)]
     except _USER_ERRORS as exc:
         if interrupts.received() is not None:  # a store call cut short by the interruption
             return 1

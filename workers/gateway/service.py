@@ -27,7 +27,16 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
 from contracts import describe_validation_error, utc_now
-from ledger.errors import EventLogError, InvalidCommandError, LedgerError, NotAuthorisedError, UnknownMemoryError
+from ledger.errors import (
+    AcknowledgementLostError,
+    EventLogError,
+    InvalidCommandError,
+    LedgerError,
+    NotAuthorisedError,
+    NotWrittenError,
+    OutcomeUnknownError,
+    UnknownMemoryError,
+)
 from ledger.principals import Grant, Principal
 from ledger.service import CommandResult
 from projections.conflicts import list_conflicts
@@ -161,7 +170,7 @@ class Gateway:
             self._authorise(caller, "write", subject_id)
             self._admit(caller, "write", 1)
             cmd = commands.memory_write(subject_id, req, caller.principal.id)
-            return ack(self.svc.ledger.write(caller.principal, cmd))
+            return recorded(lambda: self.svc.ledger.write(caller.principal, cmd))
 
     def write_batch(self, caller: Caller, subject_id: str, req: wire.WriteBatch) -> wire.BatchAck:
         """Record several memories of ``subject_id`` in one transaction (all or none);
@@ -171,7 +180,11 @@ class Gateway:
             self._admit(caller, "write", len(req.memories))
             now = utc_now()
             cmds = [commands.memory_write(subject_id, m, caller.principal.id, now) for m in req.memories]
-            return wire.BatchAck(results=[ack(r) for r in self.svc.ledger.write_many(caller.principal, cmds)])
+            try:
+                results = self.svc.ledger.write_many(caller.principal, cmds)
+            except AcknowledgementLostError as exc:
+                return wire.BatchAck(results=[], pending=True, pending_events=_event_refs(exc))
+            return wire.BatchAck(results=[ack(r) for r in results])
 
     def supersede(self, caller: Caller, subject_id: str, memory_id: str, req: wire.Supersede) -> wire.CommandAck:
         """Replace ``memory_id`` with a new memory (see ``wire.Supersede``).
@@ -185,29 +198,30 @@ class Gateway:
             self._admit(caller, "write", 1)
             old = self.svc.ledger.head(self._reader(caller), subject_id, memory_id)
             cmd = commands.replacement(subject_id, old, req, caller.principal.id)
-            return ack(self.svc.ledger.supersede(caller.principal, memory_id, cmd))
+            return recorded(lambda: self.svc.ledger.supersede(caller.principal, memory_id, cmd))
 
     def confirm(self, caller: Caller, subject_id: str, memory_id: str) -> wire.CommandAck:
         """The subject confirmed ``memory_id``. Raises as ``supersede``."""
         with self._guard(caller, subject_id):
             self._authorise(caller, "write", subject_id)
             self._admit(caller, "write", 1)
-            return ack(self.svc.ledger.confirm(caller.principal, subject_id, memory_id))
+            return recorded(lambda: self.svc.ledger.confirm(caller.principal, subject_id, memory_id))
 
     def redact(self, caller: Caller, subject_id: str, memory_id: str, req: wire.Redact) -> wire.CommandAck:
         """Replace the text of ``memory_id``. Raises as ``supersede``."""
         with self._guard(caller, subject_id):
             self._authorise(caller, "write", subject_id)
             self._admit(caller, "write", 1)
-            return ack(self.svc.ledger.redact(caller.principal, subject_id, commands.redact_command(memory_id, req)))
+            redact = commands.redact_command(memory_id, req)
+            return recorded(lambda: self.svc.ledger.redact(caller.principal, subject_id, redact))
 
     def revoke_consent(self, caller: Caller, subject_id: str, req: wire.RevokeConsent) -> wire.CommandAck:
         """Withdraw consent by reference or purpose. Raises as ``write``."""
         with self._guard(caller, subject_id):
             self._authorise(caller, "write", subject_id)
             self._admit(caller, "write", 1)
-            r = self.svc.ledger.revoke_consent(caller.principal, commands.revoke_command(subject_id, req))
-            return ack(r)
+            revoke = commands.revoke_command(subject_id, req)
+            return recorded(lambda: self.svc.ledger.revoke_consent(caller.principal, revoke))
 
     def erase(self, caller: Caller, subject_id: str, req: wire.Erase) -> wire.CommandAck:
         """Erase memories of ``subject_id`` (by ids, by source, or all), audited with the
@@ -220,10 +234,12 @@ class Gateway:
         """
         with self._guard(caller, subject_id):
             self._authorise(caller, "erase", subject_id)
-            r = self.svc.ledger.erase(caller.principal, commands.erase_command(subject_id, req))
-            reason = f"erasure {r.request_id} ({_kind(req)}): {counted(len(r.affected), 'memory', 'memories')}"
+            erase = commands.erase_command(subject_id, req)
+            out = recorded(lambda: self.svc.ledger.erase(caller.principal, erase))
+            reached = "acknowledgement pending" if out.pending else counted(len(out.affected), "memory", "memories")
+            reason = f"erasure {out.request_id} ({_kind(req)}): {reached}"
             self.audit_log.record(caller.via, "ok", reason, **_who(caller, subject_id))
-            return ack(r)
+            return out
 
     # -- reads ------------------------------------------------------------------------
 
@@ -514,7 +530,13 @@ class Gateway:
 
 
 def translate(exc: Exception) -> GatewayError:
-    """The gateway error of an error of the ledger, the projections or the contract."""
+    """The gateway error of an error of the ledger, the projections or the contract. A
+    command that was not written (``NotWrittenError``) is a store that is down: safe to
+    send again after ``Retry-After``; one whose outcome is unknown says how to find out."""
+    if isinstance(exc, NotWrittenError):
+        return UnavailableError("store", _first_line(exc), STORE_DOWN_RETRY_S)
+    if isinstance(exc, OutcomeUnknownError):
+        return UnavailableError("store", _first_line(exc), STORE_DOWN_RETRY_S)
     if isinstance(exc, NotAuthorisedError):
         return ForbiddenError("subject_id", str(exc))
     if isinstance(exc, UnknownMemoryError):
@@ -541,6 +563,24 @@ def translate(exc: Exception) -> GatewayError:
     if sep and re.fullmatch(r"[A-Za-z_.\-]+", field):
         return InvalidRequestError(field, rule)
     return InvalidRequestError("request", str(exc))
+
+
+def recorded(run: Callable[[], CommandResult]) -> wire.CommandAck:
+    """The acknowledgement of the ledger command ``run``; a command recorded whose log
+    acknowledgement was lost (``AcknowledgementLostError``) is acknowledged as
+    ``pending``: it happened, the relay publishes its events, and it must not be sent
+    again (a 503 would invite a retry that records it twice)."""
+    try:
+        return ack(run())
+    except AcknowledgementLostError as exc:
+        return wire.CommandAck(
+            memory_id=exc.memory_id, request_id=exc.request_id, events=_event_refs(exc), positions=[], pending=True
+        )
+
+
+def _event_refs(exc: AcknowledgementLostError) -> list[wire.EventRef]:
+    types = exc.event_types or ("unknown",) * len(exc.event_ids)
+    return [wire.EventRef(event_id=i, type=t) for i, t in zip(exc.event_ids, types, strict=True)]
 
 
 def ack(r: CommandResult) -> wire.CommandAck:

@@ -174,19 +174,27 @@ class EventRef(Response):
 class CommandAck(Response):
     """An accepted command: its events, where the log put them (their order), and what it
     ended in (``memory_id`` of a write, ``request_id`` of an erasure, the memories a
-    revocation or erasure reached in ``affected``). The log has every event listed."""
+    revocation or erasure reached in ``affected``). The log has every event listed, unless
+    ``pending``: the command is recorded (its state changed, its events wait in the
+    ledger's outbox) but the log's acknowledgement was lost; the relay publishes the
+    events, ``positions`` is empty, and the command must not be sent again."""
 
     memory_id: str | None = None
     request_id: str | None = None
     affected: list[str] = Field(default_factory=list)
     events: list[EventRef]
     positions: list[LogPosition]
+    pending: bool = False
 
 
 class BatchAck(Response):
-    """One ``CommandAck`` per memory of a batch, in the batch's order."""
+    """One ``CommandAck`` per memory of a batch, in the batch's order; or, when
+    ``pending`` (the batch is recorded but the log's acknowledgement was lost, as for
+    ``CommandAck.pending``), no results and the batch's events in ``pending_events``."""
 
     results: list[CommandAck]
+    pending: bool = False
+    pending_events: list[EventRef] = Field(default_factory=list)
 
 
 class RecalledItem(Response):

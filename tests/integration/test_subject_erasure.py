@@ -1,0 +1,48 @@
+"""An erasure of a whole subject removes every row of the subject from every store,
+whether or not the ledger's heads know the memory, and ``trace`` probes every memory the
+log held for the subject before the erasure: it says ``failed`` while any copy remains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts import EraseMemories
+from projections.trace import trace
+from tests.builders import memory_write
+from tests.integration.conftest import one
+from workers.bootstrap import Services
+
+_COLUMNS = (
+    "memory_id, subject_id, revision, status, kind, content, content_hmac, key, purpose, scope_type, scope_id,"
+    " sensitivity, retention_basis, expires_at, confirmed, confidence, veracity, provenance, derived_from,"
+    " superseded_by, written_at, updated_at"
+)
+
+
+def test_a_whole_subject_erasure_removes_rows_the_ledger_does_not_know_and_trace_probes_them(svc: Services) -> None:
+    p = svc.principal()
+    known = svc.ledger.write(p, memory_write("bob", "Bob likes sailing", key="hobby")).memory_id
+    phantom = svc.ledger.write(p, memory_write("bob", "Bob's door code is 9911", key="door")).memory_id
+    other = svc.ledger.write(p, memory_write("carol", "Carol likes chess", key="hobby")).memory_id
+    svc.catch_up()
+    with svc.pool.connection() as conn:  # the ledger forgets one memory its log and stores hold
+        conn.execute("DELETE FROM ledger_memories WHERE memory_id = %s", (phantom,))
+        conn.execute(f"CREATE TABLE saved_row AS SELECT {_COLUMNS} FROM facts_v1 WHERE memory_id = %s", (phantom,))
+
+    r = svc.ledger.erase(p, EraseMemories(subject_id="bob", whole_subject=True, reason="asked"))
+    assert r.request_id is not None and r.affected == (known,)  # the heads knew only this one
+    svc.catch_up()
+    assert one(svc, "SELECT count(*) FROM facts_v1 WHERE subject_id = 'bob'") == 0
+    assert one(svc, "SELECT count(*) FROM facts_history_v1 WHERE subject_id = 'bob' AND content_hmac IS NOT NULL") == 0
+    assert svc.index is not None
+    assert svc.index.retrieve([known, phantom]) == {}
+    assert list(svc.index.retrieve([other])) == [other]  # another subject keeps its memories
+    report = trace(svc.pool, r.request_id, svc.trace_targets())
+    assert report.verdict == "complete", [(s.store, s.status, s.probe) for s in report.stores]
+    assert one(svc, "SELECT count(*) FROM memory_keys WHERE subject_id = 'bob' AND wrapped_key IS NOT NULL") == 0
+
+    with svc.pool.connection() as conn:  # a copy comes back (a restored backup of the facts table)
+        conn.execute(f"INSERT INTO facts_v1 ({_COLUMNS}) SELECT {_COLUMNS} FROM saved_row")
+    report = trace(svc.pool, r.request_id, svc.trace_targets())
+    facts: Any = next(s for s in report.stores if s.store == "facts")
+    assert report.verdict == "failed" and facts.probe_found == 1
