@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from contracts import Event, UnknownEventError, decode_event
 from ledger.eventlog import DeadLetter, DeadLetterQueue, EventLog, LogPosition, LogRecord
 from projections.base import Projection
-from projections.errors import ProjectionStalledError
+from projections.errors import ProjectionStalledError, UnreadableErasureError
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class ProjectionRunner:
             pending = []
             if item.stall is not None:
                 log.error("%s: cannot read the erasure at %s: %s", self.projection.id, record.position, item.stall)
-                raise ProjectionStalledError(self.projection.id, record.partition, record.offset, 1, item.stall)
+                raise UnreadableErasureError(self.projection.id, record.partition, record.offset, 1, item.stall)
             self._dead_letter(record, item.dead_letter or "not a valid event")
         self._with_retry(pending)
 
@@ -226,11 +226,21 @@ class ProjectionRunner:
         batch_size: int = 256,
         progress: Callable[[int], None] | None = None,
         lock: AbstractContextManager[object] | None = None,
+        on_stall: Callable[[UnreadableErasureError], None] | None = None,
     ) -> int:
         """Apply every record from the stored positions to the current end of the log.
         Returns the number of records handled; ``progress`` gets each batch's size;
         ``lock``, when given, is held while each batch is applied (another user of the
-        store, e.g. an erasure lane, waits for one batch at most)."""
+        store, e.g. an erasure lane, waits for one batch at most).
+
+        ``on_stall``, when given, is told of an unreadable erasure and the catch-up goes
+        on with the next partition (that partition stops at the erasure); without it the
+        error is raised.
+
+        Raises:
+            UnreadableErasureError: without ``on_stall``, at an unreadable erasure.
+            ProjectionStalledError: a store stayed down beyond the retry policy.
+        """
         handled = 0
         ends = log_.end_offsets()
         for partition, end in ends.items():
@@ -239,8 +249,15 @@ class ProjectionRunner:
                 records = log_.read(partition, offset, min(batch_size, end - offset))
                 if not records:
                     break
-                with lock or nullcontext():
-                    self.handle(records)
+                try:
+                    with lock or nullcontext():
+                        self.handle(records)
+                except UnreadableErasureError as stall:
+                    if on_stall is None:
+                        raise
+                    on_stall(stall)
+                    handled += sum(1 for r in records if r.offset < stall.offset)  # applied before it
+                    break
                 handled += len(records)
                 offset = records[-1].offset + 1
                 if progress is not None:

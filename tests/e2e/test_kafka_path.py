@@ -147,7 +147,7 @@ def test_malformed_event_on_the_topic_goes_to_the_dlq(kafka_cli: Cli) -> None:
     after = write(kafka_cli, "dave", "Dave also writes OCaml")
     kafka_cli.start_worker()
     wait_until(lambda: lag_zero(kafka_cli), what="catch-up past the bad record", logs=kafka_cli.worker_logs)
-    letters = kafka_cli.json("dlq")
+    letters = kafka_cli.json("dlq")["dead_letters"]
     assert {d["projection"] for d in letters} == {"facts_v1", "vectors_v1", "cache_v1", "summaries_v1"}
     assert len(letters) == 8, letters  # two bad records, four projections
     assert all("type" in d["reason"] or "RecursionError" in d["reason"] for d in letters)

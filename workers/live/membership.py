@@ -1,0 +1,75 @@
+"""Static consumer group membership (KIP-345) for the faust workers.
+
+A consumer that restarts with the ``group.instance.id`` it had before takes its old
+place in the group at once: the coordinator hands it the partitions it held, with no
+wait for the dead member's session to expire (``session.timeout.ms``) and no rebalance
+of the other members. Without it a worker killed with SIGKILL and restarted waits out
+the dead member's session before it gets partitions again.
+
+The ids must be unique among the live members of a group (two live consumers with one
+id fence each other) and should be the same across a restart. Each worker therefore
+claims the lowest free *slot* ``k`` of its consumer group with a PostgreSQL
+session-level advisory lock, held on a connection of its own for as long as the
+process lives, and uses ``<group>#<k>`` as its instance id. A process that dies, however
+it dies, loses its connection and so its lock: the worker restarted in its place finds
+slot ``k`` free again. Slots are shared by every host that uses the same PostgreSQL, so
+no host name or configuration is needed to keep them apart.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+MAX_SLOTS = 1024
+"""More workers than this per consumer group are refused (far more than partitions)."""
+
+
+class MembershipError(Exception):
+    """No instance slot of ``group`` is free (every one of ``MAX_SLOTS`` is held)."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__(f"consumer group {group}: all {MAX_SLOTS} instance slots are held by live workers")
+        self.group = group
+
+
+class InstanceSlot:
+    """The slot this process holds in consumer group ``group``; ``instance_id`` is its
+    ``group.instance.id``. ``release`` (or the process's exit) frees it."""
+
+    def __init__(self, conn: psycopg.Connection, group: str, slot: int) -> None:
+        self._conn = conn
+        self.group = group
+        self.slot = slot
+
+    @property
+    def instance_id(self) -> str:
+        return f"{self.group}#{self.slot}"
+
+    @classmethod
+    def claim(cls, dsn: str, group: str, connect_timeout_s: int = 10) -> InstanceSlot:
+        """Claim the lowest free slot of ``group`` (advisory lock keys: ``hashtext(group)``
+        and the slot number) on a new connection to ``dsn``.
+
+        Raises:
+            MembershipError: every slot is held.
+            psycopg.OperationalError: PostgreSQL cannot be reached.
+        """
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
+        try:
+            for slot in range(MAX_SLOTS):  # one lock at a time: a held slot is never locked twice
+                row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), %s)", (group, slot)).fetchone()
+                if row is not None and row[0]:
+                    return cls(conn, group, slot)
+        except BaseException:
+            conn.close()
+            raise
+        conn.close()
+        raise MembershipError(group)
+
+    def release(self) -> None:
+        """Free the slot (closing the connection releases the lock)."""
+        self._conn.close()
