@@ -19,6 +19,8 @@ no host name or configuration is needed to keep them apart.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -73,3 +75,56 @@ class InstanceSlot:
     def release(self) -> None:
         """Free the slot (closing the connection releases the lock)."""
         self._conn.close()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One live member of a consumer group: its ``member_id`` (new at every join), its
+    static ``instance_id`` (``None`` for a dynamic member) and the partitions assigned to
+    it (empty while the group rebalances)."""
+
+    member_id: str
+    instance_id: str | None
+    partitions: tuple[int, ...]
+
+
+def members(bootstrap: str, group: str, topic: str) -> tuple[str, list[Member]]:
+    """The state (``Stable``, ``PreparingRebalance``, ``Empty``, ...) and the live members
+    of consumer group ``group``, with their partitions of ``topic``, from the broker's
+    coordinator (one DescribeGroups request; ``describe`` with an admin client of your own
+    to ask repeatedly).
+
+    Raises:
+        kafka.errors.KafkaError: the broker cannot be reached or refuses.
+    """
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="memledger-admin")
+    try:
+        return describe(admin, group, topic)
+    finally:
+        admin.close()
+
+
+def describe(admin: Any, group: str, topic: str) -> tuple[str, list[Member]]:
+    """``members``, through ``admin`` (a ``kafka.KafkaAdminClient``)."""
+    described = admin.describe_groups([group])[group]
+    out = []
+    for m in described.get("members", []):
+        partitions = [p for name, numbers in _assigned(m.get("member_assignment")) if name == topic for p in numbers]
+        out.append(Member(str(m["member_id"]), m.get("group_instance_id"), tuple(sorted(partitions))))
+    return str(described.get("group_state", "")), sorted(out, key=lambda m: m.partitions)
+
+
+def _assigned(assignment: Any) -> list[tuple[str, list[int]]]:
+    """(topic, partitions) of a decoded ``ConsumerProtocolAssignment`` or of its dict form."""
+    items = getattr(assignment, "assigned_partitions", None)
+    if items is None and isinstance(assignment, dict):
+        items = assignment.get("assigned_partitions", [])
+    out = []
+    for tp in items or []:
+        if isinstance(tp, dict):
+            out.append((str(tp.get("topic")), list(tp.get("partitions") or [])))
+        else:
+            out.append((str(getattr(tp, "topic", "")), list(getattr(tp, "partitions", []) or [])))
+    return out
