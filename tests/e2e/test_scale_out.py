@@ -6,36 +6,19 @@ with SIGKILL takes its old place in its consumer group when its supervisor resta
 from __future__ import annotations
 
 import signal
-import threading
-from collections.abc import Iterator
-from typing import Any
 
 import psutil
 import psycopg
 import pytest
 
-from tests.e2e.conftest import Cli, wait_until
+from tests.e2e.conftest import Cli, Writer, wait_until
 from workers.bench.load import command
-from workers.bootstrap import Services, build
+from workers.bootstrap import Services
 from workers.live.membership import Member, members
-from workers.settings import Settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 PARTITIONS = 3
-
-
-@pytest.fixture
-def ledger_svc(kafka_cli: Cli) -> Iterator[Services]:
-    """The kafka_cli deployment's services in this process (the test writes through its ledger)."""
-    fields = {
-        k.removeprefix("MEMLEDGER_").lower(): v
-        for k, v in kafka_cli.env.items()
-        if k.startswith("MEMLEDGER_") and not k.startswith("MEMLEDGER_TEST_")
-    }
-    svc = build(Settings.model_validate(fields), own_vectors=False)
-    yield svc
-    svc.close()
 
 
 def _group(cli: Cli) -> tuple[str, list[Member]]:
@@ -65,36 +48,6 @@ def _count(dsn: str, sql: str) -> int:
     return int(row[0]) if row else 0
 
 
-class Writer:
-    """Writes the benchmark's commands through the ledger in a thread until stopped (at
-    most ``limit``); ``written`` counts them."""
-
-    def __init__(self, svc: Services, limit: int = 400) -> None:
-        self.written = 0
-        self._svc = svc
-        self._limit = limit
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run)
-
-    def __enter__(self) -> Writer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        principal = self._svc.principal()
-        while not self._stop.is_set() and self.written < self._limit:
-            self._svc.ledger.write(principal, command(self.written))
-            self.written += 1
-            self._stop.wait(0.05)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=120)
-
-
 def test_three_workers_share_the_partitions_and_a_kill_under_load_applies_each_event_once(
     kafka_cli: Cli, ledger_svc: Services
 ) -> None:
@@ -104,7 +57,7 @@ def test_three_workers_share_the_partitions_and_a_kill_under_load_applies_each_e
     first = kafka_cli.start_worker("--projection", "facts")
     logs = kafka_cli.worker_logs
     wait_until(lambda: _shared_by(kafka_cli, 1), timeout_s=180, what="one worker owning every partition", logs=logs)
-    with Writer(ledger_svc) as writer:
+    with Writer(ledger_svc, limit=5000, interval_s=0.2) as writer:  # bounded; stopped after the kill
         kafka_cli.start_worker("--projection", "facts")
         wait_until(lambda: _shared_by(kafka_cli, 2), timeout_s=180, what="two workers sharing them", logs=logs)
         kafka_cli.start_worker("--projection", "facts")
