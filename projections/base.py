@@ -298,6 +298,11 @@ class ContentAccess:
     ) -> str | None:
         try:
             text = self.keyring.open(conn, sealed)
+            if text is None and self.keyring.key_exists(conn, sealed.key_id):
+                # the ledger's transaction may have committed the key between the two reads
+                # (a worker consumes the event within milliseconds of its append): read it
+                # again, so that only a key destroyed for good counts as destroyed
+                text = self.keyring.open(conn, sealed)
             recent = occurred_at is None or (utc_now() - occurred_at).total_seconds() < self.recent_event_s
             if text is None and recent and not self.keyring.key_exists(conn, sealed.key_id):
                 text = self._await_key(conn, memory_id, sealed)

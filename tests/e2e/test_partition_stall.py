@@ -54,12 +54,14 @@ def test_an_unreadable_erasure_stops_its_partition_only_and_lag_and_dlq_say_wher
         )
 
     wait_until(others_applied_and_stalled, timeout_s=180, what="the other partitions applied, one stalled", logs=logs)
-    rows = lag_rows()
+    lag = kafka_cli.json("lag")
+    rows = {r["projection"]: r for r in lag["projections"]}
+    waiting = lag["end_offsets"][str(stalled_partition)] - sent.offset  # the erasure and what came after it
     for projection in ("facts_v1", "cache_v1"):
         [stall] = rows[projection]["stalled"]
         assert stall["partition"] == stalled_partition and stall["offset"] == sent.offset
         assert "newer than this reader" in stall["reason"]
-        assert rows[projection]["per_partition"][str(stalled_partition)] == 2  # the erasure and the write after it
+        assert rows[projection]["per_partition"][str(stalled_partition)] == waiting >= 2
     assert sorted(s["projection"] for s in kafka_cli.json("dlq")["stalled"]) == ["cache_v1", "facts_v1"]
     assert kafka_cli.json("dlq")["dead_letters"] == []  # never dead-lettered
     text = kafka_cli.run("lag").stdout
