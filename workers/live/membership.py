@@ -13,7 +13,13 @@ session-level advisory lock, held on a connection of its own for as long as the
 process lives, and uses ``<group>#<k>`` as its instance id. A process that dies, however
 it dies, loses its connection and so its lock: the worker restarted in its place finds
 slot ``k`` free again. Slots are shared by every host that uses the same PostgreSQL, so
-no host name or configuration is needed to keep them apart.
+no host name or configuration is needed to keep them apart. Should a live worker lose
+that connection (PostgreSQL restarted), another may claim its slot; the broker then
+fences one of the two (KIP-345's ``FENCED_INSTANCE_ID``) rather than let two members
+share an id: restart that worker, and it claims a free slot.
+
+A static member does not leave its group when it stops: its partitions go to the others
+only after its session timeout (``MEMLEDGER_CONSUMER_SESSION_TIMEOUT_S``).
 """
 
 from __future__ import annotations
