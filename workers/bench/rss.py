@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -13,11 +14,14 @@ MB = 1024 * 1024
 
 def role(cmdline: Sequence[str]) -> str:
     """What a ``memledger worker`` process is, from its command line: ``facts_v1`` for a
-    projection's worker (``--projection facts --version 1``), else ``supervisor``."""
-    args = list(cmdline)
-    if "--version" in args and "--projection" in args:
-        return f"{args[args.index('--projection') + 1]}_v{args[args.index('--version') + 1]}"
-    return "supervisor"
+    projection's worker (titled ``memledger worker facts_v1`` by its supervisor, or
+    started with ``--projection facts --version 1``), else ``supervisor``."""
+    text = " ".join(cmdline)
+    titled = re.search(r"memledger worker (\w+_v\d+)", text)
+    if titled:
+        return titled.group(1)
+    started = re.search(r"--projection (\S+) --version (\d+)", text)
+    return f"{started.group(1)}_v{started.group(2)}" if started else "supervisor"
 
 
 class RssSampler:
