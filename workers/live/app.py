@@ -145,8 +145,9 @@ def run_faust(
                     "%s: cannot apply a batch; exiting so that nothing is skipped", projection.id, exc_info=True
                 )
                 os._exit(70)
-            if stopped:
-                app.consumer.pause_partitions([TP(settings.topic, p) for p in stopped])
+            held = stopped | {r.partition for r in records if r.partition in partition_stalls.stalled}
+            if held:  # again after a rebalance, which may have resumed a stalled partition
+                app.consumer.pause_partitions([TP(settings.topic, p) for p in held])
             for event in events:
                 if event.message.partition not in partition_stalls.stalled:
                     await manual.ack(event)
