@@ -298,19 +298,26 @@ class ContentAccess:
     ) -> str | None:
         try:
             text = self.keyring.open(conn, sealed)
-            recent = occurred_at is None or (utc_now() - occurred_at).total_seconds() < self.recent_event_s
-            if text is None and recent and not self.keyring.key_exists(conn, sealed.key_id):
+            if text is not None:
+                return text
+            # one answer to "does the key row exist?" decides: the ledger's transaction may
+            # commit the key at any moment (a worker consumes an event within milliseconds
+            # of its append), so the answer is not asked twice
+            if self.keyring.key_exists(conn, sealed.key_id):
+                text = self.keyring.open(conn, sealed)  # it may have committed since the first read
+                if text is None:
+                    log.info(
+                        "memory %s: content skipped: data key %s was destroyed"
+                        " (erasure, revocation, expiry or redaction)",
+                        memory_id,
+                        sealed.key_id,
+                    )
+            elif occurred_at is None or (utc_now() - occurred_at).total_seconds() < self.recent_event_s:
                 text = self._await_key(conn, memory_id, sealed)
-            elif text is None and not self.keyring.key_exists(conn, sealed.key_id):
+            else:
                 log.warning(
                     "memory %s: content skipped: data key %s does not exist (the key store was restored from"
                     " a backup older than the event?)",
-                    memory_id,
-                    sealed.key_id,
-                )
-            elif text is None:
-                log.info(
-                    "memory %s: content skipped: data key %s was destroyed (erasure, revocation, expiry or redaction)",
                     memory_id,
                     sealed.key_id,
                 )

@@ -20,6 +20,14 @@ class ProjectionStalledError(ProjectionError):
         self.partition = partition
         self.offset = offset
         self.attempts = attempts
+        self.cause = cause
+
+
+class UnreadableErasureError(ProjectionStalledError):
+    """The record at ``partition``/``offset`` claims to be an ``ErasureRequested`` that
+    this reader cannot read (``cause`` says why). It is never skipped nor dead-lettered:
+    the projection stops on that partition until a reader that can read it is deployed;
+    its other partitions may go on (``projections.stalls``)."""
 
 
 class RecallError(ProjectionError):

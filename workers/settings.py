@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(
         default=2 * 1024 * 1024, ge=1024, description="memledger serve: the largest request body, bytes (else 413)"
     )
+    consumer_static_membership: bool = Field(
+        default=True, description="each faust worker is a static member of its consumer group (KIP-345)"
+    )
+    consumer_session_timeout_s: float = Field(
+        default=10.0,
+        ge=1.0,
+        description="seconds before the partitions of a worker that stopped or died, and did not come back,"
+        " go to the other workers of its group (the broker accepts 6 to 1800 by default)",
+    )
+    consumer_heartbeat_interval_s: float = Field(default=1.0, gt=0, description="seconds between consumer heartbeats")
 
     @property
     def mode(self) -> Literal["embedded", "distributed"]:

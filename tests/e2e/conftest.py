@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +18,9 @@ from typing import Any
 import pytest
 
 from ledger.crypto import new_master_key
+from workers.bench.load import command
+from workers.bootstrap import Services, build
+from workers.settings import Settings
 
 
 def free_port() -> int:
@@ -128,6 +132,57 @@ def kafka_cli(tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: s
     cli = Cli(env)
     yield cli
     cli.stop_all()
+
+
+@pytest.fixture
+def ledger_svc(kafka_cli: Cli) -> Iterator[Services]:
+    """The kafka_cli deployment's services in this process (the test writes through its ledger)."""
+    fields = {
+        k.removeprefix("MEMLEDGER_").lower(): v
+        for k, v in kafka_cli.env.items()
+        if k.startswith("MEMLEDGER_") and not k.startswith("MEMLEDGER_TEST_")
+    }
+    svc = build(Settings.model_validate(fields), own_vectors=False)
+    yield svc
+    svc.close()
+
+
+class Writer:
+    """Writes the benchmark's commands through the ledger in a thread, one every
+    ``interval_s`` seconds at most, until stopped or ``limit`` are written; ``written``
+    counts them."""
+
+    def __init__(self, svc: Services, limit: int, interval_s: float = 0.05) -> None:
+        self.written = 0
+        self._svc = svc
+        self._limit = limit
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        principal = self._svc.principal()
+        while not self._stop.is_set() and self.written < self._limit:
+            self._svc.ledger.write(principal, command(self.written))
+            self.written += 1
+            self._stop.wait(self._interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    def finish(self, timeout_s: float = 300) -> None:
+        """Wait until all ``limit`` commands are written."""
+        self._thread.join(timeout=timeout_s)
+        if self._thread.is_alive():
+            raise AssertionError(f"the writer wrote {self.written} of {self._limit} commands in {timeout_s}s")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ mid-stream; an erasure followed by a replay; an erasure while the vectors worker
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,8 @@ import psycopg
 import pytest
 
 from projections.tombstones import STORES
-from tests.e2e.conftest import Cli, wait_until
+from tests.e2e.conftest import Cli, Writer, wait_until
+from workers.bootstrap import Services
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -76,23 +76,16 @@ def test_write_reaches_all_four_stores_and_recall(kafka_cli: Cli) -> None:
     )
 
 
-def test_sigkilled_worker_restarts_and_applies_each_event_exactly_once(kafka_cli: Cli) -> None:
+def test_sigkilled_worker_restarts_and_applies_each_event_exactly_once(kafka_cli: Cli, ledger_svc: Services) -> None:
     dsn = kafka_cli.env["MEMLEDGER_POSTGRES_DSN"]
     write(kafka_cli, "warmup", "first")
     worker = kafka_cli.start_worker()
     wait_until(lambda: lag_zero(kafka_cli), what="the workers to start", logs=kafka_cli.worker_logs)
     total = 120
-
-    def produce() -> None:
-        for n in range(total):
-            kafka_cli.run("write", f"user-{n % 7}", f"memory number {n} about topic {n % 11}", "--purpose", PURPOSE)
-
-    # writes through the CLI are slow (one process each); kill while they are flowing
-    writer = threading.Thread(target=produce)
-    writer.start()
-    wait_until(lambda: count(dsn, "SELECT count(*) FROM facts_v1") >= 10, what="some events applied")
-    kafka_cli.kill(worker)  # SIGKILL to the supervisor and every projection process
-    writer.join()
+    with Writer(ledger_svc, limit=total) as writer:  # kill while they are flowing
+        wait_until(lambda: count(dsn, "SELECT count(*) FROM facts_v1") >= 10, what="some events applied")
+        kafka_cli.kill(worker)  # SIGKILL to the supervisor and every projection process
+        writer.finish()
     kafka_cli.start_worker()
     wait_until(lambda: lag_zero(kafka_cli), timeout_s=180, what="catch-up after restart", logs=kafka_cli.worker_logs)
     assert count(dsn, "SELECT count(*) FROM facts_v1") == total + 1
@@ -147,7 +140,7 @@ def test_malformed_event_on_the_topic_goes_to_the_dlq(kafka_cli: Cli) -> None:
     after = write(kafka_cli, "dave", "Dave also writes OCaml")
     kafka_cli.start_worker()
     wait_until(lambda: lag_zero(kafka_cli), what="catch-up past the bad record", logs=kafka_cli.worker_logs)
-    letters = kafka_cli.json("dlq")
+    letters = kafka_cli.json("dlq")["dead_letters"]
     assert {d["projection"] for d in letters} == {"facts_v1", "vectors_v1", "cache_v1", "summaries_v1"}
     assert len(letters) == 8, letters  # two bad records, four projections
     assert all("type" in d["reason"] or "RecursionError" in d["reason"] for d in letters)

@@ -346,7 +346,7 @@ def test_cache_and_summaries_rebuild_switch_prefix_and_view(svc: Services) -> No
 
 
 def test_the_worker_supervisor_follows_the_registry(svc: Services) -> None:
-    from workers.worker import desired_children
+    from workers.live.supervisor import desired_children
 
     settings = svc.settings.model_copy(update={"kafka_bootstrap": "127.0.0.1:1"})
     assert desired_children(settings, ["facts", "vectors"], None) == {("facts", 1), ("vectors", 1)}

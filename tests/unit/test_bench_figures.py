@@ -50,5 +50,5 @@ def test_the_table_shows_value_baseline_ratio_target_and_verdict() -> None:
 
 
 def test_every_target_key_names_a_figure_family_of_the_benchmarks() -> None:
-    families = {"append", "replay", "lag", "erasure", "locomo", "recall"}
+    families = {"append", "replay", "lag", "erasure", "locomo", "recall", "rejoin"}
     assert {key.split(".")[0] for key in TARGETS} <= families

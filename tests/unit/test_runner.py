@@ -14,7 +14,7 @@ import pytest
 from contracts import Event, MemoryConfirmed, encode_event
 from ledger.eventlog import InMemoryDeadLetterQueue, InMemoryEventLog, LogPosition, LogRecord, read_all
 from projections.errors import ProjectionStalledError
-from projections.runner import ProjectionRunner, RetryPolicy
+from projections.runner import ProjectionRunner, RetryPolicy, decode_records, lowest_positions
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -530,3 +530,68 @@ def test_handle_of_already_applied_records_changes_nothing() -> None:
     runner.handle(records)
     runner.handle(records)  # redelivery
     assert projection.applied_ids() == ["e-0", "e-1", "e-2"]
+
+
+# --------------------------------------------------------------------------- decode, then apply
+
+
+def test_decode_step_says_what_becomes_of_each_record_after_the_positions_given() -> None:
+    log = InMemoryEventLog(partitions=1)
+    log.append("user-1", _event_bytes("user-1", 0))  # 0: done already
+    log.append("user-1", _event_bytes("user-1", 1))  # 1: an event
+    log.append("user-1", b"garbage")  # 2: a dead letter
+    log.append("user-1", _event_bytes("user-2", 3))  # 3: another subject's, under user-1's key
+    log.append("user-1", json.dumps({"type": "ErasureRequested", "subject_id": "user-1"}).encode())  # 4: a stall
+
+    decoded = decode_records(read_all(log), {0: 0})
+
+    assert [d.record.offset for d in decoded] == [1, 2, 3, 4]
+    event, garbage, foreign, erasure = decoded
+    assert event.event is not None and event.event.event_id == "e-1"
+    assert (event.dead_letter, event.stall) == (None, None)
+    assert garbage.event is None and garbage.stall is None and "UTF-8 JSON" in (garbage.dead_letter or "")
+    assert foreign.event is None and "subject_id" in (foreign.dead_letter or "")
+    assert erasure.event is None and erasure.dead_letter is None
+    assert (erasure.stall or "").startswith("unreadable erasure: ")
+
+
+def test_lowest_positions_is_what_every_projection_has_applied() -> None:
+    assert lowest_positions([{0: 5, 1: 3}, {0: 2}, {0: 7, 1: 9, 2: 1}]) == {0: 2, 1: -1, 2: -1}
+    assert lowest_positions([]) == {}
+
+
+def test_one_decode_feeds_projections_at_different_positions_each_from_its_own() -> None:
+    log = InMemoryEventLog(partitions=1)
+    for n in range(6):
+        log.append("user-1", _event_bytes("user-1", n) if n != 3 else b"garbage")
+    ahead = RecordingProjection(positions={0: 4})
+    behind = RecordingProjection(positions={0: 0})
+    ahead.name, behind.name = "ahead", "behind"
+    dlq = InMemoryDeadLetterQueue()
+    runners = [ProjectionRunner(p, dlq, sleep=FakeSleep()) for p in (ahead, behind)]
+
+    decoded = decode_records(read_all(log), lowest_positions([p.positions() for p in (ahead, behind)]))
+    for runner in runners:
+        runner.apply(decoded)
+
+    assert ahead.applied_offsets() == [5]
+    assert behind.applied_offsets() == [1, 2, 4, 5]
+    assert [(d.projection, d.offset) for d in dlq.list()] == [("behind_v1", 3)]  # the one that had not passed it
+    assert ahead.positions() == behind.positions() == {0: 5}
+
+
+def test_apply_step_stops_at_a_stall_for_each_projection_after_applying_what_precedes_it() -> None:
+    log = InMemoryEventLog(partitions=1)
+    log.append("user-1", _event_bytes("user-1", 0))
+    log.append("user-1", json.dumps({"type": "ErasureRequested", "subject_id": "user-1"}).encode())
+    log.append("user-1", _event_bytes("user-1", 2))
+    decoded = decode_records(read_all(log), {})
+    dlq = InMemoryDeadLetterQueue()
+    for name in ("one", "two"):
+        projection = RecordingProjection()
+        projection.name = name
+        with pytest.raises(ProjectionStalledError, match=rf"{name}_v1 stalled at partition 0 offset 1"):
+            ProjectionRunner(projection, dlq).apply(decoded)
+        assert projection.applied_offsets() == [0]
+        assert projection.skipped == []
+    assert dlq.list() == []

@@ -85,13 +85,13 @@ def services_for(env: dict[str, str], own_vectors: bool = False) -> Services:
     return build(Settings.model_validate(fields), own_vectors=own_vectors)
 
 
-def start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    """``memledger worker`` (every projection) for the run's environment, in a session of
-    its own, its output in ``log_path``."""
+def start_worker(env: dict[str, str], log_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``memledger worker ARGS`` (no ``args``: every projection) for the run's
+    environment, in a session of its own, its output in ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "workers", "worker"],
+            [sys.executable, "-m", "workers", "worker", *args],
             env={**os.environ, **env},
             stdout=log,
             stderr=subprocess.STDOUT,

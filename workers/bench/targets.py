@@ -15,6 +15,9 @@ TARGETS: dict[str, Target] = {
     "lag.facts_cache_summaries.p99": Target("at_most", 250.0),
     "lag.vectors.hashing.p99": Target("at_most", 250.0),
     "lag.vectors.minilm.p99": Target("at_most", 1000.0),
+    # a worker killed with SIGKILL, restarted by its supervisor: applying again, and back in its group
+    "rejoin.applying.max": Target("at_most", 5000.0),
+    "rejoin.member.max": Target("at_most", 5000.0),
     # under the same load, MiniLM: erasure acknowledgement -> absent by every probe / every receipt
     "erasure.minilm.absent.p99": Target("at_most", 500.0),
     "erasure.minilm.complete.p99": Target("at_most", 1000.0),

@@ -63,6 +63,12 @@ def bench_all(
         bool,
         typer.Option(help="also measure lag and erasure latency with the hashing embedder (when --embedder is not)"),
     ] = True,
+    scale_out: Annotated[
+        int, typer.Option(help="also measure lag with this many workers per projection (below 2: skip it)")
+    ] = 2,
+    rate_search: Annotated[
+        bool, typer.Option(help="also search the highest steady rate at which vectors lag p99 stays within 1 s")
+    ] = True,
     replay_events: Annotated[int, typer.Option(help="events for the replay benchmark (0: skip it)")] = 100_000,
     replay_embedder: Annotated[str, typer.Option(help="embedder of the replay benchmark")] = "hashing",
     as_json: JsonOpt = False,
@@ -73,8 +79,9 @@ def bench_all(
     from workers.bench.append import append_figures, bench_append
     from workers.bench.env import BenchTargets, bench_environment
     from workers.bench.erasure import bench_erasure, erasure_figures
-    from workers.bench.lag import bench_lag, lag_figures
+    from workers.bench.lag import bench_lag, bench_lag_rate_search, lag_figures, rate_search_figures
     from workers.bench.locomo import bench_locomo, locomo_figures
+    from workers.bench.rejoin import bench_rejoin, rejoin_figures
     from workers.bench.replay import bench_replay, render, replay_figures
 
     targets = BenchTargets.from_env()
@@ -91,6 +98,17 @@ def bench_all(
             with bench_environment(targets, Path(tmp), name) as env:
                 out["lag"].append(bench_lag(env, rate, seconds, progress))
             figures += lag_figures(out["lag"][-1])
+        if scale_out >= 2:
+            with bench_environment(targets, Path(tmp), embedder) as env:
+                out["lag"].append(bench_lag(env, rate, seconds, progress, workers_per_projection=scale_out))
+            figures += lag_figures(out["lag"][-1])
+        if rate_search:
+            with bench_environment(targets, Path(tmp), embedder) as env:
+                out["lag_rate_search"] = bench_lag_rate_search(env, progress)
+            figures += rate_search_figures(out["lag_rate_search"])
+        with bench_environment(targets, Path(tmp), "hashing") as env:
+            out["rejoin"] = bench_rejoin(env, progress)
+        figures += rejoin_figures(out["rejoin"])
         for name in embedders:
             with bench_environment(targets, Path(tmp), name) as env:
                 out["erasure"].append(bench_erasure(env, rate, seconds, progress))
@@ -154,18 +172,53 @@ def bench_lag_cmd(
     rate: Annotated[float, typer.Option(help="steady write rate, events/s")] = 200.0,
     seconds: Annotated[float, typer.Option(help="duration of the write load, s")] = 30.0,
     embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="workers per projection (vectors: one; several need a Qdrant server, not the local index used here)",
+        ),
+    ] = 1,
+    search_rate: Annotated[
+        bool,
+        typer.Option(help="instead: search the highest steady rate at which vectors lag p99 stays within 1 s"),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Projection lag (ack -> applied, per projection) at a steady write rate on Kafka with
-    the faust workers (addresses from MEMLEDGER_TEST_*)."""
+    the faust workers, and their peak resident memory (addresses from MEMLEDGER_TEST_*)."""
     from workers.bench.env import BenchTargets, bench_environment
-    from workers.bench.lag import bench_lag, lag_figures
+    from workers.bench.lag import bench_lag, bench_lag_rate_search, lag_figures, rate_search_figures
 
     targets = BenchTargets.from_env()
     with tempfile.TemporaryDirectory(prefix="memledger-bench-") as tmp, progress_bar(not as_json) as progress:
         with bench_environment(targets, Path(tmp), embedder) as env:
-            out = bench_lag(env, rate, seconds, progress)
-    report(as_json, out, lag_figures(out), lambda: json.dumps(out, indent=2))
+            if search_rate:
+                out = bench_lag_rate_search(env, progress)
+                figures = rate_search_figures(out)
+            else:
+                out = bench_lag(env, rate, seconds, progress, workers_per_projection=workers)
+                figures = lag_figures(out)
+    report(as_json, out, figures, lambda: json.dumps(out, indent=2))
+
+
+def bench_rejoin_cmd(
+    kills: Annotated[int, typer.Option(min=1, help="how many times the worker is killed")] = 3,
+    rate: Annotated[float, typer.Option(help="steady write rate meanwhile, events/s")] = 50.0,
+    projection: Annotated[str, typer.Option(help="the projection whose worker is killed")] = "facts",
+    as_json: JsonOpt = False,
+) -> None:
+    """A projection's worker killed with SIGKILL under a steady write load and restarted by
+    its supervisor: time to applying again and to being back in its consumer group
+    (addresses from MEMLEDGER_TEST_*)."""
+    from workers.bench.env import BenchTargets, bench_environment
+    from workers.bench.rejoin import bench_rejoin, rejoin_figures
+
+    targets = BenchTargets.from_env()
+    with tempfile.TemporaryDirectory(prefix="memledger-bench-") as tmp, progress_bar(not as_json) as progress:
+        with bench_environment(targets, Path(tmp), "hashing") as env:
+            out = bench_rejoin(env, progress, kills=kills, rate=rate, projection=projection)
+    report(as_json, out, rejoin_figures(out), lambda: json.dumps(out, indent=2))
 
 
 def bench_append_cmd(
@@ -191,5 +244,6 @@ def register(app: typer.Typer) -> None:
     bench_app.command("append")(bench_append_cmd)
     bench_app.command("lag")(bench_lag_cmd)
     bench_app.command("erasure")(bench_erasure_cmd)
+    bench_app.command("rejoin")(bench_rejoin_cmd)
     bench_app.command("replay")(bench_replay_cmd)
     app.add_typer(bench_app, name="bench")

@@ -4,7 +4,7 @@ commands: :mod:`workers.cli.versions`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -66,38 +66,51 @@ def trace_cmd(
 
 
 def lag(as_json: JsonOpt = False) -> None:
-    """Records each projection version (building, serving, previous) has not applied yet, per partition."""
+    """Records each projection version (building, serving, previous) has not applied yet,
+    per partition, and the partitions where it stopped at an erasure it cannot read."""
     from workers.gateway.positions import lag as lag_of
 
     with services(own_vectors=False) as svc:
         report = lag_of(svc)
-    rows = report["projections"]
-    emit(
-        as_json,
-        report,
-        lambda: "\n".join(
-            [f"{'projection':<14} {'state':<9} {'lag':>8}"]
-            + [f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8}" for r in rows]
-        ),
+    emit(as_json, report, lambda: _lag_text(report["projections"]))
+
+
+def _lag_text(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'projection':<14} {'state':<9} {'lag':>8}"]
+    for r in rows:
+        lines.append(f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8}")
+        lines += [f"  {_stall_line(s)}" for s in r["stalled"]]
+    return "\n".join(lines)
+
+
+def _stall_line(stall: dict[str, Any]) -> str:
+    return (
+        f"stalled: {stall['projection']} partition {stall['partition']} offset {stall['offset']}"
+        f" since {stall['since']}: {stall['reason']}"
     )
 
 
 def dlq(limit: int = 20, as_json: JsonOpt = False) -> None:
-    """Dead letters: records a projection could not decode, with partition, offset and reason."""
+    """Dead letters: records a projection could not decode, with partition, offset and
+    reason; and stalls: partitions where a projection stopped at an erasure it cannot read
+    (never dead-lettered, never skipped)."""
+    from projections import stalls
+
     with services(own_vectors=False, projections=()) as svc:
         letters = svc.dlq.list(limit)
+        with svc.pool.connection() as conn:
+            stopped = [s.to_dict() for s in stalls.stalled(conn)]
     data = [
         {"projection": d.projection, "partition": d.partition, "offset": d.offset, "key": d.key, "reason": d.reason}
         for d in letters
     ]
-    emit(
-        as_json,
-        data,
-        lambda: (
-            "\n".join(f"{d['projection']} partition {d['partition']} offset {d['offset']}: {d['reason']}" for d in data)
-            or "no dead letters"
-        ),
-    )
+
+    def text() -> str:
+        lines = [f"{d['projection']} partition {d['partition']} offset {d['offset']}: {d['reason']}" for d in data]
+        lines += [_stall_line(s) for s in stopped]
+        return "\n".join(lines) or "no dead letters"
+
+    emit(as_json, {"dead_letters": data, "stalled": stopped}, text)
 
 
 def worker(

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from projections import base, versions
+from projections import base, stalls, versions
 from workers import wire
 from workers.bootstrap import Services
 from workers.gateway.errors import InvalidRequestError, UnavailableError
@@ -70,16 +70,28 @@ def wait_applied(svc: Services, at: Sequence[tuple[int, int]], names: Sequence[s
 
 
 def lag(svc: Services) -> dict[str, Any]:
-    """Records each projection version that is not retired has not applied, per partition:
-    ``{"end_offsets": {partition: end}, "projections": [{"projection", "state", "lag",
-    "per_partition"}]}``."""
+    """Records each projection version that is not retired has not applied, per partition,
+    and the partitions where it stopped at an erasure it cannot read
+    (``projections.stalls``): ``{"end_offsets": {partition: end}, "projections":
+    [{"projection", "state", "lag", "per_partition", "stalled": [{"projection",
+    "partition", "offset", "reason", "since"}]}]}``."""
     ends = svc.log.end_offsets()
     rows = []
     with svc.pool.connection() as conn:
+        stopped = stalls.stalled(conn)
         for info in versions.versions(conn):
             if info.state == "retired":
                 continue
             done = base.load_positions(conn, info.id)
             per = {p: max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items()}
-            rows.append({"projection": info.id, "state": info.state, "lag": sum(per.values()), "per_partition": per})
+            mine = [s.to_dict() for s in stopped if s.projection == info.id]
+            rows.append(
+                {
+                    "projection": info.id,
+                    "state": info.state,
+                    "lag": sum(per.values()),
+                    "per_partition": per,
+                    "stalled": mine,
+                }
+            )
     return {"end_offsets": ends, "projections": rows}

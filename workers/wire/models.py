@@ -371,13 +371,26 @@ class ErasureReportOut(Response):
     requests: list[ErasureSummaryOut]
 
 
+class StalledPartition(Response):
+    """A partition where a projection version stopped, at ``offset``, on an erasure it
+    cannot read (``since``: UTC); it goes on once a reader that can read it runs."""
+
+    projection: str
+    partition: int
+    offset: int
+    reason: str
+    since: datetime
+
+
 class ProjectionLag(Response):
-    """Records a projection version has not applied: in all and per partition."""
+    """Records a projection version has not applied: in all and per partition, and the
+    partitions where it stopped."""
 
     projection: str
     state: str
     lag: int
     per_partition: dict[int, int]
+    stalled: list[StalledPartition] = Field(default_factory=list)
 
 
 class LagOut(Response):
