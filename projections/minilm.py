@@ -189,6 +189,7 @@ class MiniLMEmbedder:
         self._intra_op_threads = intra_op_threads
         self._lock = threading.Lock()
         self._tokenizer: tokenizers.Tokenizer | None = None
+        self._counter: tokenizers.Tokenizer | None = None
         self._session: onnxruntime.InferenceSession | None = None
         self._input_names: frozenset[str] = frozenset()
 
@@ -219,6 +220,19 @@ class MiniLMEmbedder:
                 self._input_names = frozenset(i.name for i in session.get_inputs())
                 self._tokenizer, self._session = tokenizer, session
             return self._tokenizer, self._session
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """The WordPiece tokens of each of ``texts`` (special tokens not counted, no
+        truncation), as ``memledger eval scenarios`` counts context cost.
+
+        Raises:
+            ModelFileMismatchError: on first use, the tokenizer file is not the pinned one.
+        """
+        with self._lock:
+            if self._counter is None:
+                self._counter = load_tokenizer()
+            counter = self._counter
+        return [len(e.ids) for e in counter.encode_batch(list(texts), add_special_tokens=False)]
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed texts: one unit-length vector of :attr:`dim` floats per text, in input order.
