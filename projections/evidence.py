@@ -92,9 +92,16 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
     return {m: score for m, (score, _) in fused.items()}
 
 
-def item_from_row(row: dict[str, Any], score: float, matched: list[str], conflicts: Sequence[str] = ()) -> RecallItem:
+def item_from_row(
+    row: dict[str, Any],
+    score: float,
+    matched: list[str],
+    conflicts: Sequence[str] = (),
+    tokens: int = 0,
+    grouped: Sequence[RecallItem] = (),
+) -> RecallItem:
     """A :class:`RecallItem` from a facts row (or a summaries row selected with the same
-    column names, see :mod:`projections.recall`)."""
+    column names, see :mod:`projections.recall_queries`)."""
     return RecallItem(
         memory_id=row["memory_id"],
         subject_id=row["subject_id"],
@@ -114,7 +121,9 @@ def item_from_row(row: dict[str, Any], score: float, matched: list[str], conflic
         needs_confirmation=row["status"] == "needs_confirmation",
         matched_by=matched,
         derived_from=list(row["derived_from"] or []),
+        grouped=list(grouped),
         conflicts=list(conflicts),
+        tokens=tokens,
     )
 
 

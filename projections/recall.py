@@ -262,7 +262,7 @@ class Recall:
                 log.warning("recall without cache: %s", exc)
                 degraded.append("cache")
                 cache_key = generation = None
-        ordered = self._rank(stores, queries, query, params, config, include_summaries, degraded)
+        ordered = self._rank(stores, queries, query, params, config, include_summaries, k, max_tokens, degraded)
         items = self._items(ordered, k, max_tokens, params, queries, stores.embedder)
         if cache is not None and cache_key is not None and generation is not None and not degraded:
             try:
@@ -283,10 +283,15 @@ class Recall:
         params: dict[str, Any],
         config: RankingConfig,
         include_summaries: bool,
+        k: int,
+        max_tokens: int | None,
         degraded: list[str],
     ) -> list[Candidate]:
         """The candidates recall may return, ranked (:mod:`projections.ranking.pipeline`):
-        full text runs in a worker thread while the query is embedded and searched here."""
+        full text runs in a worker thread while the query is embedded and searched here.
+        Without a token budget and without summaries (whose groups may absorb many
+        sources) only the best ``3 k + 5`` (at least the MMR pool) are kept: one answer per
+        key drops at most two of three scopes' answers for a key."""
         rankers = build_rankers(config, include_summaries)
         names = config.enabled()
         summaries_wanted = max(config.depth if include_summaries else 0, config.sessions_depth)
@@ -318,7 +323,8 @@ class Recall:
             rows, neighbours = queries.candidates(conn, params, first.unchecked, first.anchors, width)
         signals = signals.checked(rows, neighbours)
         anchored = [a for a in first.anchors if a in signals.rows]
-        ranked = shaped(signals, rankers, config, anchored, params["at"], params["statuses"], include_summaries)
+        keep = None if max_tokens is not None or include_summaries else max(3 * k + _EXTRA_ROWS, config.mmr_pool)
+        ranked = shaped(signals, rankers, config, anchored, params["at"], params["statuses"], include_summaries, keep)
         ranked = self._not_erased_by_topic(ranked)
         return finish(ranked, self._mmr_vectors(stores, ranked, config, degraded), config)
 
@@ -440,15 +446,11 @@ class Recall:
             )
         )
 
-        def item(c: Candidate) -> RecallItem:
-            built = item_from_row(rows[c.memory_id], c.score, list(c.matched_by), conflicts.get(c.memory_id, ()))
-            return replace(built, tokens=counts[c.memory_id])
+        def item(c: Candidate, grouped: Sequence[RecallItem] = ()) -> RecallItem:
+            m = c.memory_id
+            return item_from_row(rows[m], c.score, list(c.matched_by), conflicts.get(m, ()), counts[m], grouped)
 
-        return [
-            replace(item(g), grouped=[item(m) for m in g.grouped if m.memory_id in rows])
-            for g in groups
-            if g.memory_id in rows
-        ]
+        return [item(g, [item(m) for m in g.grouped if m.memory_id in rows]) for g in groups if g.memory_id in rows]
 
     def _revalidate(
         self, hit: list[dict[str, Any]], params: dict[str, Any], queries: RecallQueries, embedder: Embedder | None

@@ -263,10 +263,12 @@ WITH anchor AS MATERIALIZED (
 live AS MATERIALIZED (
   SELECT {_LIGHT}, row_number() OVER (PARTITION BY f.provenance->>'source_ref' ORDER BY f.memory_id) AS place
     FROM {self._from}
-   WHERE f.provenance->>'source_ref' IN (SELECT source_ref FROM anchor) AND {self._rules})
-SELECT a.memory_id AS anchor, abs(n.place - l.place) AS distance, n.*
-  FROM anchor a JOIN live l ON l.memory_id = a.memory_id
-  JOIN live n ON n.source_ref = l.source_ref AND n.memory_id <> l.memory_id AND abs(n.place - l.place) <= %(width)s
+   WHERE f.provenance->>'source_ref' = ANY(ARRAY(SELECT source_ref FROM anchor)) AND {self._rules}),
+placed AS MATERIALIZED (
+  SELECT l.memory_id AS anchor, l.source_ref, l.place FROM live l WHERE l.memory_id = ANY(%(anchors)s))
+SELECT p.anchor, abs(n.place - p.place) AS distance, n.*
+  FROM placed p JOIN live n
+    ON n.source_ref = p.source_ref AND n.memory_id <> p.anchor AND abs(n.place - p.place) <= %(width)s
 """
         with conn.pipeline(), conn.cursor(row_factory=dict_row) as cur_r, conn.cursor(row_factory=dict_row) as cur_n:
             cur_r.execute(rows_sql, ranked)

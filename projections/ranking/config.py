@@ -69,7 +69,7 @@ class RankingConfig:
     fts_scoring: FtsScoring = "bm25"
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
-    depth: int = 100
+    depth: int = 50
     lineage_depth: int = 20
     sessions_depth: int = 3
     neighbour_anchors: int = 10

@@ -84,21 +84,23 @@ def shaped(
     at: datetime,
     returnable: Collection[str],
     include_summaries: bool,
+    limit: int | None = None,
 ) -> list[Candidate]:
     """Steps 1-4: the candidates recall may return (checked rows whose status is in
     ``returnable``; summaries only with ``include_summaries``), with their shaped scores
-    and ``matched_by``, best first (ties by id). ``at``: the time judged (aware UTC)."""
+    and ``matched_by``, best first (ties by id), at most ``limit`` of them. ``at``: the
+    time judged (aware UTC)."""
     first = _rankings(rankers, signals, config, None)
     second = _rankings(rankers, signals, config, anchored) if anchored else []
     fused = fuse(first + second, config.rrf_k)
-    out = []
-    for memory_id, (score, names) in fused.items():
+    scores: dict[str, float] = {}
+    for memory_id, (score, _) in fused.items():
         row = signals.rows.get(memory_id)
         if row is None or row.status not in returnable or (row.kind == "summary" and not include_summaries):
             continue
-        factor = shaping_factor(row, at, config.recency_weight, config.importance_weight)
-        out.append(replace(row, score=score * factor, matched_by=names))
-    return sorted(out, key=lambda c: (-c.score, c.memory_id))
+        scores[memory_id] = score * shaping_factor(row, at, config.recency_weight, config.importance_weight)
+    best = sorted(scores, key=lambda m: (-scores[m], m))[:limit]
+    return [replace(signals.rows[m], score=scores[m], matched_by=fused[m][1]) for m in best]
 
 
 def finish(
