@@ -3,6 +3,7 @@ measure overall and per question category, tokens per query and latency."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ class Row:
     tokens_per_query: float
     latency_ms_p50: float
     latency_ms_p99: float
+    """NaN when not measured (a variant that reused the query embeddings)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,8 +43,8 @@ class Row:
                 for c, m in self.per_category.items()
             },
             "tokens_per_query_at_10": round(self.tokens_per_query, 1),
-            "latency_ms_p50": round(self.latency_ms_p50, 2),
-            "latency_ms_p99": round(self.latency_ms_p99, 2),
+            "latency_ms_p50": None if math.isnan(self.latency_ms_p50) else round(self.latency_ms_p50, 2),
+            "latency_ms_p99": None if math.isnan(self.latency_ms_p99) else round(self.latency_ms_p99, 2),
         }
 
 
@@ -91,7 +93,8 @@ class EvalReport:
         """Print the overall table, then R@10 and R@25 per category."""
         table = Table(
             title=f"recall on {self.conversations} LoCoMo conversation(s), {self.queries:,} questions (categories 1-4)",
-            caption=f"embedder {self.embedder}; cache bypassed; tokens of the top 10 per query; latency per query",
+            caption=f"embedder {self.embedder}; cache bypassed; tokens of the top 10 per query; latency per query"
+            " (- : not timed, the query embedding was reused)",
         )
         table.add_column("retriever")
         for name in (*MEASURES, "tok@10", "p50 ms", "p99 ms"):
@@ -105,8 +108,8 @@ class EvalReport:
                 r.name,
                 *(f"{r.measures[m]:.3f}" for m in MEASURES),
                 f"{r.tokens_per_query:.0f}",
-                f"{r.latency_ms_p50:.1f}",
-                f"{r.latency_ms_p99:.1f}",
+                "-" if math.isnan(r.latency_ms_p50) else f"{r.latency_ms_p50:.1f}",
+                "-" if math.isnan(r.latency_ms_p99) else f"{r.latency_ms_p99:.1f}",
             )
         console.print(table)
         categories = sorted({c for r in self.rows for c in r.per_category})

@@ -37,23 +37,26 @@ Progress = Callable[[str, int, int], None]
 class Stores:
     """What the evaluation reads: recall, its principal, the embedder of the serving
     vectors version, and for each subject the stored vector of each turn (dia id ->
-    vector) for the dense baseline."""
+    vector) for the dense baseline. ``reusing``: the same recall, but with each query's
+    embedding computed once and reused (for the variants after the first, whose latency
+    is then not reported)."""
 
     recall: Recall
     principal: Principal
     embedder: Embedder
     turn_vectors: Callable[[str], dict[str, Sequence[float]]]
+    reusing: Recall | None = None
 
 
 def _run_ledger(
-    stores: Stores, evalset: EvalSet, variant: Variant, now: datetime, progress: Progress | None
+    recall: Recall, stores: Stores, evalset: EvalSet, variant: Variant, now: datetime, progress: Progress | None
 ) -> tuple[dict[str, list[str]], list[int], list[float]]:
     rankings: dict[str, list[str]] = {}
     tokens: list[int] = []
     latency: list[float] = []
     for n, q in enumerate(evalset.queries, start=1):
         started = time.perf_counter()
-        result = stores.recall.recall(
+        result = recall.recall(
             stores.principal,
             q.subject_id,
             PURPOSE,
@@ -99,13 +102,13 @@ def _row(
     evalset: EvalSet,
     rankings: dict[str, list[str]],
     tokens: Sequence[int],
-    latency: Sequence[float],
+    latency: Sequence[float] | None,
 ) -> Row:
     per_category = {
         c: measure(evalset.qrels([q for q in evalset.queries if q.category == c]), rankings)
         for c in evalset.categories()
     }
-    lat = np.asarray(latency, dtype=float)
+    lat = np.asarray(latency if latency else [np.nan], dtype=float)
     return Row(
         name=name,
         group=group,
@@ -126,7 +129,9 @@ def evaluate(
     progress: Progress | None = None,
 ) -> EvalReport:
     """Measure the baselines and every variant of ``config`` (:func:`variants`) on
-    ``evalset``, each query asked once per variant at ``now``, the cache bypassed.
+    ``evalset``, each query asked once per variant at ``now``, the cache bypassed. The
+    first variant (the fusion) is timed as it runs; the others reuse each query's
+    embedding (``stores.reusing``) and report no latency.
 
     Raises:
         whatever recall raises (``RecallError``, ``NotAuthorisedError``, store errors).
@@ -142,9 +147,11 @@ def evaluate(
         rows.append(_row(name, "baseline", evalset, base.rankings, tokens, base.latency_ms))
         if progress is not None:
             progress(name, len(evalset.queries), len(evalset.queries))
-    for variant in variants(config, ablations):
-        rankings, tokens, latency = _run_ledger(stores, evalset, variant, now, progress)
-        rows.append(_row(variant.name, variant.group, evalset, rankings, tokens, latency))
+    for n, variant in enumerate(variants(config, ablations)):
+        recall = stores.recall if n == 0 or stores.reusing is None else stores.reusing
+        rankings, tokens, latency = _run_ledger(recall, stores, evalset, variant, now, progress)
+        timed = recall is stores.recall
+        rows.append(_row(variant.name, variant.group, evalset, rankings, tokens, latency if timed else None))
     return EvalReport(
         path=evalset.path,
         conversations=len(evalset.conversations),
