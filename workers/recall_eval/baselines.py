@@ -14,6 +14,7 @@ Each query is timed alone (wall clock, milliseconds), embedding included for den
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,8 @@ from workers.recall_eval.dataset import EvalQuery
 __all__ = ["BaselineRun", "bm25_stemmed", "bm25_words", "dense"]
 
 _WORD = re.compile(r"\w+")
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
 
 
 @dataclass(frozen=True)
