@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contracts import utc_now
-from ledger.crypto import new_master_key
-from workers.bootstrap import Services, build
+from workers.bootstrap import Services
 from workers.locomo import ingest
 from workers.locomo.mapping import PURPOSE
 from workers.recall_eval import evaluate, load_eval_set, stores_of, variants
-from workers.settings import Settings
 
 pytestmark = [pytest.mark.integration]
 
@@ -86,20 +83,8 @@ def _conversation() -> dict[str, Any]:
 
 
 @pytest.fixture
-def services(tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any) -> Iterator[Services]:
-    svc = build(
-        Settings(
-            data_dir=tmp_path / "d",
-            postgres_dsn=fresh_dsn,
-            redis_url=redis_url,
-            embedder="hashing",
-            master_key=new_master_key(),
-        )
-    )
-    try:
-        yield svc
-    finally:
-        svc.close()
+def services(svc: Services) -> Services:
+    return svc
 
 
 @pytest.fixture
