@@ -34,7 +34,9 @@ __all__ = [
     "MiniLMEmbedder",
     "ModelFileMismatchError",
     "ModelPackageMissingError",
+    "TokenCounting",
     "build_embedder",
+    "token_counts",
 ]
 
 #: The embedder :func:`build_embedder` is usually given.
@@ -63,6 +65,25 @@ class Embedder(Protocol):
         rounding) whatever else is in the call.
         """
         ...
+
+
+@runtime_checkable
+class TokenCounting(Protocol):
+    """An embedder that can say how many of its own tokens a text is (without special
+    tokens, without truncation): the unit of a context budget."""
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """The number of tokens of each of ``texts``, in order."""
+        ...
+
+
+def token_counts(embedder: Embedder | None, texts: Sequence[str]) -> list[int]:
+    """How many tokens each of ``texts`` is for ``embedder``: its own tokenizer's count
+    when it has one (:class:`TokenCounting`; all-MiniLM-L6-v2: WordPiece), else the
+    number of words (``\\w+``), as :class:`HashingEmbedder` sees them."""
+    if isinstance(embedder, TokenCounting):
+        return embedder.count_tokens(texts)
+    return [len(_WORD.findall(text)) for text in texts]
 
 
 _WORD = re.compile(r"\w+")
@@ -112,6 +133,10 @@ class HashingEmbedder:
         if norm == 0.0:  # every feature cancelled out: fall back to the fixed vector
             return self._vector("")
         return vector / norm
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """The words (``\\w+`` of the lowercased text) of each of ``texts``: the tokens this embedder sees."""
+        return [len(_WORD.findall(text.lower())) for text in texts]
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed ``texts``: one unit-length vector of :attr:`dim` floats per text, in order.

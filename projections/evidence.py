@@ -13,19 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from projections.ranking.fusion import fuse
+from projections.ranking.port import ranked
 
 
 @dataclass(frozen=True)
 class RecallItem:
     """One recalled memory (or summary) with its provenance.
 
-    ``score`` is the fused RRF score (for a summary that groups its sources: the best
-    score in the group); ``matched_by`` lists the rankers that found it (``fts``,
-    ``vector``, ``summary_fts``). ``derived_from`` lists the sources of a summary or
-    inference ([] otherwise); ``grouped`` holds the sources of a summary that were
-    recalled with it and are not listed again at top level. ``conflicts`` lists the open
-    conflicts a ``needs_confirmation`` memory is in.
+    ``score`` is the shaped fusion score (README, "How recall ranks"; for a summary that
+    groups its sources: the best score in the group); ``matched_by`` lists the rankings
+    that found it (``fts``, ``summary_fts``, ``vector``, ``lineage``, ``sessions``,
+    ``neighbours``). ``derived_from`` lists the sources of a summary or inference ([]
+    otherwise); ``grouped`` holds the sources of a summary that were recalled with it and
+    are not listed again at top level. ``conflicts`` lists the open conflicts a
+    ``needs_confirmation`` memory is in. ``status`` is the status at the time judged
+    (``as_of`` when given). ``tokens``: the length of ``content`` in the embedder's tokens
+    (:func:`projections.embedding.token_counts`), the grouped sources not included.
     """
 
     memory_id: str
@@ -48,24 +54,54 @@ class RecallItem:
     derived_from: list[str] = field(default_factory=list)
     grouped: list[RecallItem] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    tokens: int = 0
 
     def members(self) -> list[RecallItem]:
         """This item and the items grouped under it."""
         return [self, *self.grouped]
 
 
+class Evidence(Protocol):
+    """What :func:`one_per_key` and :func:`group_summaries` read of an item: a
+    :class:`RecallItem`, or a :class:`~projections.ranking.candidates.Candidate` before
+    its text is fetched."""
+
+    @property
+    def memory_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def scope(self) -> dict[str, str]: ...
+    @property
+    def derived_from(self) -> list[str]: ...
+    @property
+    def score(self) -> float: ...
+
+
+E = TypeVar("E", bound=Evidence)
+
+
 def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
-    """Reciprocal rank fusion of ranked id lists (rank 1 = first): id -> fused score."""
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, memory_id in enumerate(ranking, start=1):
-            scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (k + rank)
-    return scores
+    """Reciprocal rank fusion of ranked id lists (rank 1 = first), each of weight 1:
+    id -> fused score (:func:`projections.ranking.fusion.fuse`)."""
+    fused = fuse([(ranked(str(n), r), 1.0) for n, r in enumerate(rankings)], k)
+    return {m: score for m, (score, _) in fused.items()}
 
 
-def item_from_row(row: dict[str, Any], score: float, matched: list[str], conflicts: Sequence[str] = ()) -> RecallItem:
+def item_from_row(
+    row: dict[str, Any],
+    score: float,
+    matched: list[str],
+    conflicts: Sequence[str] = (),
+    tokens: int = 0,
+    grouped: Sequence[RecallItem] = (),
+) -> RecallItem:
     """A :class:`RecallItem` from a facts row (or a summaries row selected with the same
-    column names, see :mod:`projections.recall`)."""
+    column names, see :mod:`projections.recall_queries`)."""
     return RecallItem(
         memory_id=row["memory_id"],
         subject_id=row["subject_id"],
@@ -85,14 +121,16 @@ def item_from_row(row: dict[str, Any], score: float, matched: list[str], conflic
         needs_confirmation=row["status"] == "needs_confirmation",
         matched_by=matched,
         derived_from=list(row["derived_from"] or []),
+        grouped=list(grouped),
         conflicts=list(conflicts),
+        tokens=tokens,
     )
 
 
 _SCOPE_SPECIFICITY = {"document": 0, "workspace": 1, "subject": 2}
 
 
-def one_per_key(items: Sequence[RecallItem]) -> list[RecallItem]:
+def one_per_key(items: Sequence[E]) -> list[E]:
     """``items`` (best first) with one ``active`` memory per non-null key.
 
     Memories of different scopes may share a key (a subject-wide preference and a
@@ -103,10 +141,10 @@ def one_per_key(items: Sequence[RecallItem]) -> list[RecallItem]:
     can show both for a moment. Summaries are left alone: :func:`group_summaries`
     handles them with their sources."""
 
-    def keyed(item: RecallItem) -> bool:
+    def keyed(item: E) -> bool:
         return item.status == "active" and item.key is not None and item.kind != "summary"
 
-    answer: dict[str, RecallItem] = {}
+    answer: dict[str, E] = {}
     for item in items:
         if keyed(item):
             held = answer.get(item.key)  # type: ignore[arg-type]
@@ -115,7 +153,7 @@ def one_per_key(items: Sequence[RecallItem]) -> list[RecallItem]:
     return [item for item in items if not keyed(item) or answer[item.key] is item]  # type: ignore[index]
 
 
-def group_summaries(items: Sequence[RecallItem]) -> list[RecallItem]:
+def group_summaries(items: Sequence[E]) -> list[E]:
     """Fold each summary's recalled sources under it (``grouped``), best first.
 
     ``items`` are the fused candidates, best first. A summary claims those of its
@@ -127,10 +165,10 @@ def group_summaries(items: Sequence[RecallItem]) -> list[RecallItem]:
     rank = {item.memory_id: n for n, item in enumerate(items)}
     summaries = [i for i in items if i.kind == "summary"]
 
-    def best(summary: RecallItem) -> int:
+    def best(summary: E) -> int:
         return min([rank[summary.memory_id], *(rank[s] for s in summary.derived_from if s in rank)])
 
-    claimed: dict[str, list[RecallItem]] = {}
+    claimed: dict[str, list[E]] = {}
     taken: set[str] = set()
     for summary in sorted(summaries, key=lambda s: (best(s), rank[s.memory_id])):
         members = [
@@ -138,7 +176,7 @@ def group_summaries(items: Sequence[RecallItem]) -> list[RecallItem]:
         ]
         taken.update(m.memory_id for m in members)
         claimed[summary.memory_id] = members
-    placed: list[tuple[int, RecallItem]] = []
+    placed: list[tuple[int, E]] = []
     for n, item in enumerate(items):
         if item.memory_id in taken:
             continue
@@ -146,7 +184,7 @@ def group_summaries(items: Sequence[RecallItem]) -> list[RecallItem]:
         if group:
             position = min([n, *(rank[m.memory_id] for m in group)])
             score = max([item.score, *(m.score for m in group)])
-            item = replace(item, grouped=group, score=score)
+            item = replace(item, grouped=group, score=score)  # type: ignore[type-var]
             n = position
         placed.append((n, item))
     return [item for _, item in sorted(placed, key=lambda p: p[0])]

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
+import numpy as np
+
 __all__ = [
     "PAYLOAD_INDEXES",
     "PathOwnerLock",
@@ -152,8 +154,10 @@ def dense_vector(value: object, *, collection: str, memory_id: str) -> tuple[flo
     """
     if isinstance(value, Mapping):
         value = value.get("")
-    if isinstance(value, list) and all(isinstance(x, int | float) for x in value):
-        return tuple(float(x) for x in value)
+    if isinstance(value, list):
+        array = np.asarray(value) if value else np.zeros(0)
+        if array.ndim == 1 and array.dtype.kind in "biuf":  # numbers (bool counts, as an int)
+            return tuple(array.astype(np.float64).tolist())
     raise VectorIndexError(
         f"point {memory_id} has no single dense vector (got {type(value).__name__})",
         collection=collection,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from contracts import MemoryWrite, utc_now
 from projections.evidence import RecallItem
+from projections.ranking.candidates import Candidate
 
 PURPOSE = "technical_writing"
 
@@ -53,3 +54,21 @@ def recall_item(memory_id: str, score: float = 0.03, **fields: Any) -> RecallIte
         "matched_by": ["fts"],
     }
     return RecallItem(**(base | fields))
+
+
+def candidate(memory_id: str, **fields: Any) -> Candidate:
+    """A ranking ``Candidate`` of subject alice (an active, confirmed fact written on
+    2026-01-01); keyword arguments override fields."""
+    base: dict[str, Any] = {
+        "memory_id": memory_id,
+        "kind": "fact",
+        "status": "active",
+        "key": None,
+        "scope": {"type": "subject", "id": "alice"},
+        "derived_from": [],
+        "source_ref": None,
+        "written_at": datetime(2026, 1, 1, tzinfo=UTC),
+        "confidence": 1.0,
+        "confirmed": True,
+    }
+    return Candidate(**(base | fields))

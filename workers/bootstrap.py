@@ -526,6 +526,7 @@ def build(
             uncacheable=ledger.policy.uncacheable(),
             route=stores.route,
             topic_tombstones=None if tombstone_set is None else tombstone_set.erased_among,
+            ranking=settings.ranking(),
         )
         return Services(
             settings,

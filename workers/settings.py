@@ -18,8 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from projections.ranking.config import DEFAULT_WEIGHTS, RANKER_NAMES, FtsScoring, RankingConfig
 
 
 class Settings(BaseSettings):
@@ -73,10 +75,41 @@ class Settings(BaseSettings):
         " go to the other workers of its group (the broker accepts 6 to 1800 by default)",
     )
     consumer_heartbeat_interval_s: float = Field(default=1.0, gt=0, description="seconds between consumer heartbeats")
+    recall_weights: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_WEIGHTS),
+        description="JSON object: ranker (fts, vector, lineage, sessions, neighbours) -> weight >= 0 in the"
+        " weighted reciprocal rank fusion; a ranker left out or given 0 is off",
+    )
+    recall_rrf_k: int = Field(default=RankingConfig.rrf_k, ge=0, description="reciprocal rank fusion constant")
+    recall_fts_scoring: FtsScoring = Field(default=RankingConfig.fts_scoring, description="bm25, ts_rank or ts_rank_cd")
+    recall_recency_weight: float = Field(default=RankingConfig.recency_weight, ge=0, le=1)
+    recall_importance_weight: float = Field(default=RankingConfig.importance_weight, ge=0, le=1)
+    recall_mmr_lambda: float = Field(default=RankingConfig.mmr_lambda, ge=0, le=1, description="1 turns MMR off")
 
     @property
     def mode(self) -> Literal["embedded", "distributed"]:
         return "distributed" if self.kafka_bootstrap else "embedded"
+
+    @field_validator("recall_weights")
+    @classmethod
+    def _known_rankers(cls, weights: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(weights) - set(RANKER_NAMES))
+        if unknown:
+            raise ValueError(f"unknown ranker(s) {unknown}; known: {', '.join(RANKER_NAMES)}")
+        if any(not w >= 0 for w in weights.values()):
+            raise ValueError("every weight must be >= 0")
+        return weights
+
+    def ranking(self) -> RankingConfig:
+        """How recall ranks, from the ``recall_*`` settings (the other parameters: defaults)."""
+        return RankingConfig(
+            weights=self.recall_weights,
+            rrf_k=self.recall_rrf_k,
+            fts_scoring=self.recall_fts_scoring,
+            recency_weight=self.recall_recency_weight,
+            importance_weight=self.recall_importance_weight,
+            mmr_lambda=self.recall_mmr_lambda,
+        )
 
     @model_validator(mode="after")
     def _distributed_needs_servers(self) -> Settings:

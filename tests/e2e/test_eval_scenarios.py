@@ -45,13 +45,14 @@ def _tables(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
 
 def _recalls(cli: Cli, data: dict[str, Any]) -> list[Any]:
     """Every recall check of the suite asked again (same subject, query, purpose, scopes,
-    ``now``) against the stores as they are now."""
+    ``now``, ``as_of``) against the stores as they are now."""
     out = []
     for scenario in data["scenarios"]:
         for check in scenario["checks"]:
             args = [scenario["subject_id"], check["query"], "--purpose", check["purpose"], "--now", check["now"]]
             args += [a for scope in check["scopes"] for a in ("--scope", scope)]
             args += ["--include-unconfirmed"] if check["include_unconfirmed"] else []
+            args += ["--as-of", check["as_of"]] if check["as_of"] else []  # what was current then, as before
             result = cli.json("recall", *args)
             assert result["degraded"] == [], result  # full text and vectors both answered
             out.append([(i["memory_id"], i["revision"], i["status"], i["content"]) for i in result["items"]])

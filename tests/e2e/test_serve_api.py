@@ -112,6 +112,12 @@ def test_every_route_through_the_client(
     recalled = c.recall(s, "how long should answers be", PURPOSE, after=first)
     assert [i.memory_id for i in recalled.items] == [first.memory_id]
     assert recalled.items[0].provenance["writer"] == f"agent-{s}" and recalled.items[0].provenance["agent"] == "planner"
+    assert recalled.tokens == recalled.items[0].tokens > 0 and recalled.as_of is None
+    # a budget below the memory's length leaves it out; before it was written it was not known
+    assert c.recall(s, "how long should answers be", PURPOSE, max_tokens=recalled.tokens - 1).items == []
+    before = datetime.now(UTC) - timedelta(hours=1)
+    past = c.recall(s, "how long should answers be", PURPOSE, as_of=before)
+    assert past.items == [] and past.as_of is not None
     batch = c.write_batch(
         s,
         [

@@ -126,18 +126,23 @@ def test_recall_text_shows_writer_time_kind_confidence_scope_and_references() ->
         provenance=prov,
         expires_at="2027-01-01T00:00:00+00:00",
         matched_by=["fts", "vector"],
+        tokens=4,
     )
-    assert render_recall(RecallResult(items=[item])).splitlines() == [
-        "1 memory:",
+    assert render_recall(RecallResult(items=[item], tokens=4)).splitlines() == [
+        "1 memory, 4 tokens:",
         "  1. 0.0300 preference: text of m-1",
         "     by support-agent at 2026-11-29T10:30:05Z; confidence 0.60; scope document:guide; key answer_length",
         "     turn turn-3; tool call call-7; source crm; consent c-9",
-        "     id m-1 rev 1; expires 2027-01-01T00:00:00Z; matched by fts+vector",
+        "     id m-1 rev 1; expires 2027-01-01T00:00:00Z; 4 tokens; matched by fts+vector",
     ]
+    past = RecallResult(items=[item], tokens=4, as_of="2026-11-29T08:00:00.25+00:00")
+    assert render_recall(past).splitlines()[0] == "1 memory as of 2026-11-29T08:00:00Z, 4 tokens:"
 
 
 def test_recall_text_leaves_out_absent_references_and_shows_a_summarys_sources_with_theirs() -> None:
-    source = recall_item("m-src", provenance={"writer": "w", "written_at": "2026-11-29T09:00:00Z", "turn_id": "t-1"})
+    source = recall_item(
+        "m-src", provenance={"writer": "w", "written_at": "2026-11-29T09:00:00Z", "turn_id": "t-1"}, tokens=1
+    )
     summary = recall_item(
         "m-sum",
         kind="summary",
@@ -147,18 +152,18 @@ def test_recall_text_leaves_out_absent_references_and_shows_a_summarys_sources_w
         grouped=[source],
         conflicts=["cf-1"],
     )
-    lines = render_recall(RecallResult(items=[summary], cached=True, degraded=["vector"])).splitlines()
+    lines = render_recall(RecallResult(items=[summary], cached=True, degraded=["vector"], tokens=4)).splitlines()
     assert lines == [
-        "1 memory (from cache):",
+        "1 memory (from cache), 4 tokens:",
         "  1. 0.0300 summary [unconfirmed]: text of m-sum",
         "     by w at 2026-11-29T10:00:00Z; confidence 0.70; scope subject",
         "     derived from m-src, m-other",
-        "     id m-sum rev 1; matched by fts",
+        "     id m-sum rev 1; 0 tokens; matched by fts",
         "     in conflict cf-1 (see: memledger conflicts alice)",
         "     + source fact: text of m-src",
         "       by w at 2026-11-29T09:00:00Z; confidence 1.00; scope subject",
         "       turn t-1",
-        "       id m-src rev 1; matched by fts",
+        "       id m-src rev 1; 1 token; matched by fts",
         "note: ranked without vector (unreachable)",
     ]
     assert render_recall(RecallResult(items=[])) == "no memories recalled"

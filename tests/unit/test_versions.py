@@ -109,7 +109,8 @@ def test_recall_embeds_the_query_with_the_serving_model_and_ignores_points_of_an
     )
     routed = ServingStores(index=cast(Any, index), embedder=embedder, cache=None)
     recall = Recall(cast(Any, None), None, None, route=lambda: routed)
-    params = {"subject": "alice", "purpose": "p", "statuses": ["active"], "scopes": ["subject:alice"], "now": T}
+    params = {"subject": "alice", "purpose": "p", "statuses": ["active"], "scopes": ["subject:alice"], "at": T}
     degraded: list[str] = []
-    assert recall._vector_ranking(routed, "tea", params, degraded) == ["a", "c"]
-    assert index.queried == [64] and degraded == []
+    hits, derived = recall._vector_search(routed, "tea", params, recall.ranking, False, degraded)
+    assert [h.memory_id for h in hits] == ["a", "c"] and [h.memory_id for h in derived] == ["a", "c"]
+    assert index.queried == [64, 64] and degraded == []  # the memories, then the derived ones (lineage)

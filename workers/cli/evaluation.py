@@ -12,13 +12,19 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from contracts import utc_now
+from projections.ranking.config import RANKER_NAMES, RankingConfig
 from workers.bootstrap import PROJECTION_NAMES, Services
 from workers.cli import util as cliutil
 from workers.cli.util import emit, services, settings
 
 eval_app = typer.Typer(
-    help="Evaluations: scenario suites with measures per scenario and in total.", no_args_is_help=True
+    help="Evaluations: the scenario suite of the memory lifecycle, and recall's ranking on LoCoMo.",
+    no_args_is_help=True,
 )
+
+DEFAULT_LOCOMO = Path("../shared/data/locomo/locomo8.json")
+"""Where the LoCoMo file lies relative to a clone next to the ``shared/`` directory."""
 
 
 def _wait_for_workers(svc: Services, timeout_s: float) -> None:
@@ -119,6 +125,74 @@ def _run_scenarios(scenario: list[str] | None, workers: bool, timeout_s: float, 
         suite.render(out, details=details)
     if not suite.passed:
         raise typer.Exit(1)
+
+
+def _ranking_of(cfg_ranking: RankingConfig, rankers: str | None) -> RankingConfig:
+    """The configured ranking, or only the comma-separated ``rankers`` of it."""
+    if rankers is None:
+        return cfg_ranking
+    names = [n.strip() for n in rankers.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RANKER_NAMES]
+    if unknown or not names:
+        raise typer.BadParameter(f"rankers: give a comma-separated list of {', '.join(RANKER_NAMES)}; got {rankers!r}")
+    return cfg_ranking.only(*names)
+
+
+@eval_app.command("recall")
+def recall_eval(
+    path: Annotated[Path, typer.Argument(help="the LoCoMo file (CC BY-NC 4.0)")] = DEFAULT_LOCOMO,
+    limit: Annotated[int | None, typer.Option(help="only the first N conversations", min=1)] = None,
+    rankers: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated rankers to fuse (fts, vector, lineage, sessions, neighbours); default:"
+            " those of MEMLEDGER_RECALL_WEIGHTS"
+        ),
+    ] = None,
+    ablations: Annotated[
+        bool, typer.Option(help="also the fusion without each ranker and each shaping step, and the fts scorings")
+    ] = True,
+    in_place: Annotated[
+        bool,
+        typer.Option(
+            "--in-place",
+            help="embedded mode: evaluate the configured data directory (after ingest-locomo) instead of ingesting"
+            " into a scratch directory deleted afterwards",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Measure recall on LoCoMo: R@1/5/10/25, MRR, nDCG@10 (ir-measures) per question category,
+    for the fusion, each ranker alone and the ablations, next to BM25 and dense baselines
+    computed in the same run, with tokens per query at k=10 and latency p50/p99 (cache bypassed).
+
+    In the embedded mode the conversations are ingested into a scratch directory first
+    (unless --in-place); otherwise they must have been ingested (ingest-locomo)."""
+    from workers.cli.data import progress_bar
+    from workers.locomo import ingest
+    from workers.recall_eval import evaluate, load_eval_set, stores_of
+
+    cfg = settings()
+    config = _ranking_of(cfg.ranking(), rankers)
+    evalset = load_eval_set(path, limit)
+    scratch = cfg.mode == "embedded" and not in_place
+    if scratch:
+        where = tempfile.mkdtemp(prefix="memledger-eval-")
+        atexit.register(shutil.rmtree, where, ignore_errors=True)  # after the embedded servers stop
+        cliutil.STATE.data_dir = Path(where)
+    with services() as svc, progress_bar(not as_json) as progress:
+        if scratch:
+            ingest(svc, path, progress=progress, limit=limit)
+        elif svc.settings.mode == "embedded":
+            svc.catch_up()
+        report = evaluate(stores_of(svc, evalset), evalset, config, utc_now(), ablations=ablations, progress=progress)
+    if as_json:
+        emit(True, report.to_dict(), "")
+    else:
+        out = Console(highlight=False)
+        if not out.is_terminal:
+            out = Console(highlight=False, width=max(out.width, 160))
+        report.render(out)
 
 
 def register(app: typer.Typer) -> None:

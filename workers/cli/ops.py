@@ -26,10 +26,21 @@ def recall(
     now: Annotated[str | None, typer.Option(help="ISO 8601 time with zone (default: now, UTC)")] = None,
     scope: Annotated[list[str] | None, typer.Option(help="task scope document:ID or workspace:ID (repeat)")] = None,
     include_unconfirmed: Annotated[bool, typer.Option(help="also return unconfirmed inferences, marked")] = False,
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            help="ISO 8601 time with zone: what was current then (ledger time); never what was erased, revoked or"
+            " redacted since"
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="the best memories whose texts fit in this many tokens (the embedder's)")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Recall SUBJECT's memories for QUERY, for a purpose and task scope."""
     moment = parse_time(now, "now") or utc_now()
+    past = parse_time(as_of, "as_of")
     with services() as svc:
         project_if_embedded(svc)
         result = svc.recall.recall(
@@ -41,6 +52,8 @@ def recall(
             k=k,
             scope_keys=tuple(scope or ()),
             include_unconfirmed=include_unconfirmed,
+            as_of=past,
+            max_tokens=max_tokens,
         )
     emit(as_json, result.to_dict(), lambda: render_recall(result))
 

@@ -1,8 +1,9 @@
 """The text ``memledger recall`` prints: per item its score, kind and text, then the
 provenance needed to judge it (writer and the agent's own label, when it was written in UTC, confidence, scope,
 key, the turn, tool call, source and consent it came from, what it was derived from),
-then its id, revision, expiry and the rankers that found it. ``--json`` prints the
-whole ``RecallResult`` instead."""
+then its id, revision, expiry, its length in tokens and the rankers that found it; the
+first line says how many, their tokens in all, and the past time judged (``--as-of``).
+``--json`` prints the whole ``RecallResult`` instead."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def render_recall(result: RecallResult) -> str:
     a summary's sources recalled with it follow it, indented, each with its own provenance."""
     if not result.items:
         return "no memories recalled"
-    lines = [f"{counted(len(result.items), 'memory', 'memories')}{' (from cache)' if result.cached else ''}:"]
+    when = f" as of {utc_text(result.as_of)}" if result.as_of else ""
+    cached = " (from cache)" if result.cached else ""
+    lines = [f"{counted(len(result.items), 'memory', 'memories')}{when}{cached}, {counted(result.tokens, 'token')}:"]
     for n, item in enumerate(result.items, start=1):
         lines.append(f"{n:>3}. {item.score:.4f} {_headline(item)}")
         lines += [f"     {line}" for line in _details(item)]
@@ -57,7 +60,10 @@ def _details(item: RecallItem) -> list[str]:
     if origin:
         lines.append("; ".join(origin))
     expires = f"; expires {utc_text(item.expires_at)}" if item.expires_at else ""
-    lines.append(f"id {item.memory_id} rev {item.revision}{expires}; matched by {'+'.join(item.matched_by) or '-'}")
+    lines.append(
+        f"id {item.memory_id} rev {item.revision}{expires}; {counted(item.tokens, 'token')};"
+        f" matched by {'+'.join(item.matched_by) or '-'}"
+    )
     return lines
 
 

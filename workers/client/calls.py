@@ -95,6 +95,8 @@ def recall(
     include_unconfirmed: bool,
     after: Positions,
     wait_timeout_s: float,
+    as_of: datetime | None = None,
+    max_tokens: int | None = None,
 ) -> Call[wire.RecallResult]:
     req = wire.Recall(
         query=query,
@@ -103,6 +105,8 @@ def recall(
         now=now,
         scope=list(scope),
         include_unconfirmed=include_unconfirmed,
+        as_of=as_of,
+        max_tokens=max_tokens,
         wait_for=positions_of(after),
         wait_timeout_s=wait_timeout_s,
     )

@@ -131,14 +131,19 @@ class LedgerClient:
         now: datetime | None = None,
         scope: Sequence[str] = (),
         include_unconfirmed: bool = False,
+        as_of: datetime | None = None,
+        max_tokens: int | None = None,
         after: Positions = None,
         wait_timeout_s: float = 5.0,
     ) -> wire.RecallResult:
-        """Recall for a task; ``after`` (a command's acknowledgement or positions) makes
-        recall wait, at most ``wait_timeout_s`` seconds, until the projections it reads
+        """Recall for a task; ``as_of`` (aware UTC): what was known then; ``max_tokens``: the
+        best items that fit that budget. ``after`` (a command's acknowledgement or positions)
+        makes recall wait, at most ``wait_timeout_s`` seconds, until the projections it reads
         have applied them (read your own writes)."""
         return self._send(
-            calls.recall(subject_id, query, purpose, k, now, scope, include_unconfirmed, after, wait_timeout_s)
+            calls.recall(
+                subject_id, query, purpose, k, now, scope, include_unconfirmed, after, wait_timeout_s, as_of, max_tokens
+            )
         )
 
     def memories(

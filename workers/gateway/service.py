@@ -264,6 +264,8 @@ class Gateway:
                 k=req.k,
                 scope_keys=tuple(req.scope),
                 include_unconfirmed=req.include_unconfirmed,
+                as_of=req.as_of,
+                max_tokens=req.max_tokens,
             )
             return wire.RecallResult.model_validate(result.to_dict())
 

@@ -6,7 +6,9 @@ given for one presentation stays with that document and purpose; revoked, expire
 superseded, erased and unconfirmed memories never reach the result; a changed
 preference is used from the next recall on; conflicting claims are held back and listed
 as a conflict until the subject confirms one; a restatement reinforces the memory it
-repeats instead of creating a duplicate; a purpose or scope mismatch returns nothing.
+repeats instead of creating a duplicate; a purpose or scope mismatch returns nothing;
+recall as of a past instant returns what was current then, and never what was erased,
+revoked or redacted since.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from workers.scenarios.model import (
     Confirm,
     ConflictCheck,
     Erase,
+    Mark,
     RecallCheck,
+    Redact,
     Revoke,
     Scenario,
     Supersede,
@@ -522,6 +526,99 @@ SCENARIOS: tuple[Scenario, ...] = (
                 "which terms and diagrams to use",
                 scopes=("document:payments-design", "workspace:platform-team"),
                 relevant=("doc-terms", "ws-diagrams"),
+            ),
+        ),
+    ),
+    Scenario(
+        name="as-of-before-a-change",
+        description="recall as of a past instant: the answer a key had then, nothing written after, expiry judged then",
+        steps=(
+            Mark("before-anything"),
+            Write("short", "Prefers short answers without preamble", key="answer_length", confirmed=True),
+            Write(
+                "trip",
+                "Travelling this week: answers should stay brief and skip long examples",
+                key="travel_note",
+                confirmed=True,
+                expires_in_s=3.0,
+            ),
+            Write("guide", "Follows the team style guide in every answer", key="style_guide", confirmed=True),
+            Write(
+                "claim",
+                "Answers should cite the style guide section they follow",
+                kind="inference",
+                derived_from=("guide",),
+                key="citations",
+            ),
+            Mark("before-the-change"),
+            Supersede("short", Write("detailed", "Prefers detailed answers with worked examples", key="answer_length")),
+            Write("dark", "Writes answers in a dark-themed editor", key="editor_theme", confirmed=True),
+            Confirm("claim"),
+            Wait(3.5),
+            RecallCheck(
+                "as of the instant before the change: the old answer, the note not yet expired then",
+                "how long should answers be, with examples or not",
+                as_of="before-the-change",
+                relevant=("short", "trip"),
+                stale=("detailed", "dark", "claim"),
+            ),
+            RecallCheck(
+                "as of then, unconfirmed claims included: the claim marked, as it was then",
+                "should answers cite the style guide",
+                as_of="before-the-change",
+                include_unconfirmed=True,
+                flagged=("claim",),
+                stale=("detailed", "dark"),
+            ),
+            RecallCheck(
+                "now: the new answer, the confirmed claim; the note has expired",
+                "how long should answers be, with examples or not, and cite the style guide",
+                relevant=("detailed", "claim"),
+                stale=("short", "trip"),
+            ),
+            RecallCheck(
+                "as of before anything was written: nothing",
+                "how long should answers be",
+                as_of="before-anything",
+                expect_empty=True,
+            ),
+        ),
+    ),
+    Scenario(
+        name="as-of-never-brings-back",
+        description="recall as of a past instant never returns what was erased, revoked or redacted since",
+        positive=False,
+        steps=(
+            Write("laptop", "Laptop serial number is XK-42-7731 for the support desk", kind="fact", confirmed=True),
+            Write(
+                "allergy",
+                "Takes allergy medicine every morning before the support desk shift",
+                kind="fact",
+                sensitivity="personal",
+                basis="consent",
+                consent_ref="consent-health-3",
+                confirmed=True,
+            ),
+            Write("phone", "Support desk phone number is 555-0142", kind="fact", confirmed=True),
+            Write("editor", "Answers support desk tickets in the vim editor", kind="fact", confirmed=True),
+            Mark("before-the-removals"),
+            Erase(("laptop",)),
+            Revoke(consent_ref="consent-health-3"),
+            Redact("phone", "Support desk phone number is [redacted]"),
+            RecallCheck(
+                "as of before the erasure, the revocation and the redaction",
+                "support desk laptop serial number, allergy medicine, phone number, editor",
+                as_of="before-the-removals",
+                relevant=("editor", "phone"),
+                stale=("laptop", "allergy"),
+                forbidden_text=("XK-42-7731", "allergy medicine", "555-0142"),
+            ),
+            RecallCheck(
+                "now: the same",
+                "support desk laptop serial number, allergy medicine, phone number, editor",
+                relevant=("editor", "phone"),
+                stale=("laptop", "allergy"),
+                forbidden_text=("XK-42-7731", "allergy medicine", "555-0142"),
             ),
         ),
     ),

@@ -7,7 +7,8 @@ document ids and consent references need not be unique across scenarios or runs.
 
 Time: the ledger stamps writes with the real clock. A scenario also keeps its own clock,
 ``now`` = real time + the sum of its :class:`Advance` steps (seconds); recall checks and
-sweeps run at that ``now``.
+sweeps run at that ``now``. A :class:`Mark` names an instant of the real clock, between
+two steps, that a recall check can ask about (``as_of``).
 """
 
 from __future__ import annotations
@@ -81,6 +82,22 @@ class Erase:
 
 
 @dataclass(frozen=True)
+class Redact:
+    """Replace the text of the memory labelled ``label`` with ``content`` (``Ledger.redact``)."""
+
+    label: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Name the current instant of the real (ledger) clock ``name``: what every step so
+    far has recorded is before it, what every later step records is after it."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class Advance:
     """Move the scenario clock ``seconds`` forward (recall and sweep ``now``; not the ledger's clock)."""
 
@@ -110,7 +127,10 @@ class RecallCheck:
     ``out_of_scope``: labels that must not be in it because they belong to another
     purpose or scope. ``expect_empty``: the result must have no item at all.
     ``min_confidence``: (label, value) pairs; the recalled item's confidence must be
-    strictly above the value.
+    strictly above the value. ``as_of``: the name of a :class:`Mark`; recall what was
+    current then (``stale`` then means: not current at that instant, expiry judged then).
+    ``forbidden_text``: strings no recalled text may contain (text erased, revoked or
+    redacted since).
     """
 
     what: str
@@ -125,6 +145,8 @@ class RecallCheck:
     expect_empty: bool = False
     min_confidence: tuple[tuple[str, float], ...] = ()
     k: int = 10
+    as_of: str | None = None
+    forbidden_text: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,7 +163,9 @@ class ConflictCheck:
     closed: tuple[str, ...] = ()
 
 
-Step = Write | Supersede | Confirm | Revoke | Erase | Advance | Wait | Sweep | RecallCheck | ConflictCheck
+Step = (
+    Write | Supersede | Confirm | Revoke | Erase | Redact | Mark | Advance | Wait | Sweep | RecallCheck | ConflictCheck
+)
 
 
 @dataclass(frozen=True)

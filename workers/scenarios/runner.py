@@ -11,7 +11,8 @@ grouped under a summary:
 - recall: expected-relevant labels seen / expected-relevant labels;
 - stale: distinct memories seen that are not current: a label the check names as stale,
   or an item whose own status is not ``active`` (``needs_confirmation`` is allowed only
-  when asked for), or whose ``expires_at`` is at or before the check's ``now``;
+  when asked for), or whose ``expires_at`` is at or before the check's ``now`` (its
+  ``as_of``, for a check of what was current at a past instant);
 - out of scope: distinct memories seen that the check names as another purpose's or
   scope's, or whose own purpose or scope is not the one asked for;
 - undetected conflicts: slots (purpose, scope, key) with two or more ``active`` items in
@@ -21,6 +22,8 @@ grouped under a summary:
   from the open ones of ``projections.conflicts.list_conflicts``;
 - context cost: tokens of the recalled text (contents of the returned items and of the
   sources grouped with them), counted with a real tokenizer, special tokens excluded.
+
+A check also fails when a recalled text holds one of its ``forbidden_text`` strings.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 from contracts import (
     EraseMemories,
     MemoryWrite,
+    RedactMemory,
     RevokeConsent,
     SummaryDerived,
     utc_now,
@@ -48,7 +52,9 @@ from workers.scenarios.model import (
     Confirm,
     ConflictCheck,
     Erase,
+    Mark,
     RecallCheck,
+    Redact,
     Revoke,
     Scenario,
     Supersede,
@@ -71,6 +77,8 @@ class CheckReport:
     scopes: list[str]
     include_unconfirmed: bool
     now: str
+    as_of: str | None = None
+    """The instant recalled (ISO 8601), for a check that asks what was current then."""
     returned: list[str] = field(default_factory=list)
     """Labels of the top-level items, in rank order (``?kind:memory_id`` for unlabelled ones)."""
     grouped: list[str] = field(default_factory=list)
@@ -173,6 +181,10 @@ def totals(reports: Sequence[ScenarioReport]) -> Totals:
     )
 
 
+_MARK_GAP_S = 0.005
+"""Seconds of real time on each side of a :class:`Mark`."""
+
+
 class ScenarioFailedError(Exception):
     """A step could not be carried out (a refused command, an unknown label)."""
 
@@ -270,6 +282,7 @@ class _Run:
         self.ids: dict[str, str] = {}
         self.labels: dict[str, str] = {}
         self.offset = timedelta(0)
+        self.marks: dict[str, datetime] = {}
         self.slots_reported: set[str] = set()
         self.report = ScenarioReport(scenario.name, scenario.description, subject_id, scenario.positive)
 
@@ -299,6 +312,16 @@ class _Run:
                 reason="scenario suite",
             )
             self._derived(ledger.erase(principal, cmd_e))
+        elif isinstance(step, Redact):
+            self._derived(
+                ledger.redact(
+                    principal, self.subject, RedactMemory(memory_id=self._id(step.label), replacement=step.content)
+                )
+            )
+        elif isinstance(step, Mark):
+            time.sleep(_MARK_GAP_S)  # the steps before it recorded strictly earlier
+            self.marks[step.name] = utc_now()
+            time.sleep(_MARK_GAP_S)  # the steps after it record strictly later
         elif isinstance(step, Advance):
             self.offset += timedelta(seconds=step.seconds)
         elif isinstance(step, Wait):
@@ -389,6 +412,11 @@ class _Run:
         self.r._sync()
         self._two_current_answers()
         now = self.now()
+        as_of = None
+        if check.as_of is not None:
+            if check.as_of not in self.marks:
+                raise ScenarioFailedError(f"as_of {check.as_of!r} names no mark made so far")
+            as_of = self.marks[check.as_of]
         result = self.svc.recall.recall(
             self.svc.principal(),
             self.subject,
@@ -398,6 +426,7 @@ class _Run:
             k=check.k,
             scope_keys=check.scopes,
             include_unconfirmed=check.include_unconfirmed,
+            as_of=as_of,
         )
         rep = CheckReport(
             what=check.what,
@@ -406,9 +435,11 @@ class _Run:
             scopes=list(check.scopes),
             include_unconfirmed=check.include_unconfirmed,
             now=now.isoformat(),
+            as_of=None if as_of is None else as_of.isoformat(),
             cached=result.cached,
             degraded=list(result.degraded),
         )
+        judged = as_of or now
         top = [_seen(i) for i in result.items]
         grouped = [_seen(g) for i in result.items for g in _grouped(i)]
         everything = {s.memory_id: s for s in top + grouped}
@@ -437,7 +468,7 @@ class _Run:
                 reasons.append("no longer current")
             if s.status not in allowed_status:
                 reasons.append(f"status {s.status}")
-            if s.expires_at is not None and datetime.fromisoformat(s.expires_at) <= now:
+            if s.expires_at is not None and datetime.fromisoformat(s.expires_at) <= judged:
                 reasons.append(f"expired at {s.expires_at}")
             if reasons:
                 rep.stale.append(f"{self._label(memory_id, s.kind)} ({'; '.join(reasons)})")
@@ -475,6 +506,12 @@ class _Run:
         if rep.undetected_conflicts:
             rep.failures.append(f"two current answers for one key: {'; '.join(rep.undetected_conflicts)}")
 
+        for text in check.forbidden_text:
+            holding = [self._label(s.memory_id, s.kind) for s in everything.values() if text in s.content]
+            if holding:
+                rep.failures.append(
+                    f"text {text!r} erased, revoked or redacted since, recalled in {', '.join(holding)}"
+                )
         if check.expect_empty and top:
             rep.failures.append(f"expected nothing, got {len(top)} item(s): {', '.join(rep.returned)}")
         for label, floor in check.min_confidence:

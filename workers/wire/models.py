@@ -139,8 +139,10 @@ class LogPosition(BaseModel):
 class Recall(Request):
     """Recall for a task. ``scope``: the task's scopes beyond the subject's own
     (``document:ID``, ``workspace:ID``); ``now``: the time recall judges expiry at
-    (default: the server's UTC now). ``wait_for``: positions (a write's) the read
-    projections must have applied first, within ``wait_timeout_s`` seconds."""
+    (default: the server's UTC now); ``as_of``: recall what was known at that past time
+    (aware, not after ``now``); ``max_tokens``: the best items whose texts fit in that many
+    of the embedder's tokens. ``wait_for``: positions (a write's) the read projections
+    must have applied first, within ``wait_timeout_s`` seconds."""
 
     query: str = Field(min_length=1, max_length=4096)
     purpose: str = Ident
@@ -148,6 +150,8 @@ class Recall(Request):
     now: AwareDatetime | None = None
     scope: list[str] = Field(default_factory=list, max_length=64)
     include_unconfirmed: bool = False
+    as_of: AwareDatetime | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     wait_for: list[LogPosition] = Field(default_factory=list, max_length=1000)
     wait_timeout_s: float = Field(default=5.0, ge=0.0, le=60.0)
 
@@ -199,7 +203,8 @@ class BatchAck(Response):
 
 class RecalledItem(Response):
     """One recalled memory with its provenance; ``grouped`` holds a summary's sources
-    recalled with it (not listed again at top level)."""
+    recalled with it (not listed again at top level); ``tokens``: the length of its text
+    in the embedder's tokens."""
 
     memory_id: str
     subject_id: str
@@ -217,6 +222,7 @@ class RecalledItem(Response):
     expires_at: str | None
     sensitivity: str
     needs_confirmation: bool
+    tokens: int = 0
     matched_by: list[str] = Field(default_factory=list)
     derived_from: list[str] = Field(default_factory=list)
     grouped: list[RecalledItem] = Field(default_factory=list)
@@ -225,11 +231,14 @@ class RecalledItem(Response):
 
 class RecallResult(Response):
     """Recalled items, best first; ``cached``: from the recall cache; ``degraded``: the
-    rankers left out because their store was unreachable."""
+    rankers left out because their store was unreachable; ``tokens``: the items' total
+    length in the embedder's tokens; ``as_of``: the past time judged (ISO 8601), if any."""
 
     cached: bool
     degraded: list[str]
     items: list[RecalledItem]
+    tokens: int = 0
+    as_of: str | None = None
 
 
 class MemoryOut(Response):

@@ -1,0 +1,28 @@
+"""A context budget: the best items whose text fits in ``max_tokens``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+__all__ = ["within_budget"]
+
+T = TypeVar("T")
+
+
+def within_budget(items: Sequence[T], cost: Callable[[T], int], k: int, max_tokens: int | None) -> list[T]:
+    """At most ``k`` of ``items`` (best first), in order: with ``max_tokens``, greedily
+    each item whose ``cost`` (tokens) still fits in what is left, passing over one that
+    does not (a shorter one further down may fit); without it, the first ``k``."""
+    if max_tokens is None:
+        return list(items[:k])
+    out: list[T] = []
+    left = max_tokens
+    for item in items:
+        if len(out) == k:
+            break
+        tokens = cost(item)
+        if tokens <= left:
+            out.append(item)
+            left -= tokens
+    return out
