@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,14 @@ def state_of(svc: Services, name: str) -> dict[int, str]:
 
 def view_source(svc: Services, view: str) -> str:
     return str(rows(svc, "SELECT definition FROM pg_views WHERE viewname = %s", view)[0][0])
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll ``condition`` every 10 ms until it holds or ``timeout`` seconds pass; the caller's
+    assertions then say what was missing."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 class Load:
@@ -158,10 +166,15 @@ def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire
             time.sleep(0.05)  # a rebuild slow enough to overlap with many writes and recalls
 
         mid_rebuild: list[int] = []
-        time.sleep(0.3)
+        # the load runs before, during and after the rebuild; counted in writes, not in seconds,
+        # which a loaded machine would make too few
+        wait_for(lambda: len(load.applied) >= 5 or bool(load.failures))
+        before = len(load.applied)
         result = rebuild(svc, "facts", 2, progress=progress, batch_size=16)
-        time.sleep(0.5)  # recall right after the swap too
+        during = len(load.applied) - before
+        wait_for(lambda: len(load.applied) >= before + during + 10 or bool(load.failures))  # after the swap
     assert load.failures == [], load.failures[:5]
+    assert during > 0, "no write overlapped the rebuild"
     assert load.recalls >= 20 and len(load.applied) >= 20
     assert mid_rebuild and mid_rebuild[0] < seen[-1].end, "the erasure came before the rebuild reached the end"
     assert len(seen) > 5 and all(p.rate >= 0 and p.end >= p.position for p in seen)
