@@ -83,16 +83,42 @@ def test_refusals_name_the_field_and_write_nothing(gateway: Gateway, svc: Servic
         ({"command": "create", "path": "/memories/b.md", "file_text": "   "}, InvalidRequestError, "file_text"),
         ({"command": "create", "path": "/memories/b.md", "file_text": "x" * 65_537}, InvalidRequestError, "file_text"),
         ({"command": "create", "path": "/memories/../b.md", "file_text": "x"}, InvalidRequestError, "path"),
-        ({"command": "str_replace", "path": "/memories/a.md", "old_str": "one", "new_str": "2"}, ConflictError, "old_str"),
-        ({"command": "str_replace", "path": "/memories/a.md", "old_str": "zzz", "new_str": "2"}, ConflictError, "old_str"),
-        ({"command": "str_replace", "path": "/memories/a.md", "old_str": "one\none\n", "new_str": ""}, InvalidRequestError, "new_str"),
-        ({"command": "insert", "path": "/memories/a.md", "insert_line": 9, "insert_text": "x"}, InvalidRequestError, "insert_line"),
-        ({"command": "insert", "path": "/memories/a.md", "insert_line": 0, "insert_text": "x", "content_sha256": "0" * 64}, ConflictError, "content_sha256"),
+        (
+            {"command": "str_replace", "path": "/memories/a.md", "old_str": "one", "new_str": "2"},
+            ConflictError,
+            "old_str",
+        ),
+        (
+            {"command": "str_replace", "path": "/memories/a.md", "old_str": "zzz", "new_str": "2"},
+            ConflictError,
+            "old_str",
+        ),
+        (
+            {"command": "str_replace", "path": "/memories/a.md", "old_str": "one\none\n", "new_str": ""},
+            InvalidRequestError,
+            "new_str",
+        ),
+        (
+            {"command": "insert", "path": "/memories/a.md", "insert_line": 9, "insert_text": "x"},
+            InvalidRequestError,
+            "insert_line",
+        ),
+        (
+            {
+                "command": "insert",
+                "path": "/memories/a.md",
+                "insert_line": 0,
+                "insert_text": "x",
+                "content_sha256": "0" * 64,
+            },
+            ConflictError,
+            "content_sha256",
+        ),
         ({"command": "view", "path": "/memories/nothing"}, NotFoundError, "path"),
         ({"command": "delete", "path": "/memories"}, InvalidRequestError, "path"),
         ({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/a.md"}, ConflictError, "new_path"),
         ({"command": "rename", "old_path": "/memories/x", "new_path": "/memories/y"}, NotFoundError, "old_path"),
-    ]  # fmt: skip
+    ]
     before = svc.log.end_offsets()
     for command, error, field in refusals:
         with pytest.raises(error) as caught:
