@@ -611,8 +611,12 @@ def translate(exc: Exception) -> GatewayError:
         return InvalidRequestError(exc.field, exc.rule)
     if isinstance(exc, ValidationError):
         first = exc.errors(include_url=False)[0]
-        field = ".".join(str(p) for p in first["loc"]) or "body"
-        return InvalidRequestError(field, describe_validation_error(exc).removeprefix(f"{field}: "))
+        field = ".".join(str(p) for p in first["loc"])
+        text = describe_validation_error(exc)
+        if not field:  # a rule of the whole command names its field itself: "memory_ids: give ..."
+            field, _, rule = text.partition(": ")
+            return InvalidRequestError(field, rule) if rule else InvalidRequestError("body", text)
+        return InvalidRequestError(field, text.removeprefix(f"{field}: "))
     if isinstance(exc, EventLogError):
         return UnavailableError("log", _first_line(exc), STORE_DOWN_RETRY_S)
     field, sep, rule = str(exc).partition(": ")
