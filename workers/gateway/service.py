@@ -30,6 +30,7 @@ from contracts import describe_validation_error, utc_now
 from ledger.errors import EventLogError, InvalidCommandError, LedgerError, NotAuthorisedError, UnknownMemoryError
 from ledger.principals import Grant, Principal
 from ledger.service import CommandResult, LiveMemory
+from projections import base
 from projections.conflicts import list_conflicts
 from projections.erasure_report import erasure_report
 from projections.errors import ProjectionStalledError, RecallError, UnknownRequestError
@@ -112,6 +113,7 @@ class Gateway:
         self._locks = ConnectionPool(svc.pool.conninfo, min_size=0, max_size=LOCK_CONNECTIONS, open=True, timeout=30)
         with self.pool.connection() as conn:
             schema.install(conn)
+            base.install(conn)  # a distributed serve may start before any worker made the positions table
         self.keys = KeyStore(self.pool)
         self.audit_log = AuditLog(self.pool)
         self._idempotency = IdempotencyStore(self.pool)
