@@ -38,7 +38,7 @@ from workers.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class Ledger:
+class LedgerAccess:
     """The backend of every tool call of this process, opened once on first use."""
 
     def __init__(self, settings: Settings, token: str) -> None:
@@ -120,13 +120,13 @@ def run_stdio(settings: Settings) -> None:
     Raises:
         InvalidRequestError: no API key configured.
     """
-    ledger = Ledger(settings, api_key(settings))
+    access = LedgerAccess(settings, api_key(settings))
 
     def backend_of(ctx: Context[Any, Any], tool: str) -> Backend:
-        return ledger.backend(tool)
+        return access.backend(tool)
 
     server = build_server(backend_of)
     try:
         anyio.run(server.run_stdio_async)
     finally:
-        ledger.close()
+        access.close()

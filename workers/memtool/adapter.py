@@ -72,7 +72,7 @@ class SeenFiles:
         precondition is forgotten, so the model's next view makes the file editable again."""
         if isinstance(exc, ValidationError):
             first = exc.errors(include_url=False)[0]
-            field = ".".join(str(p) for p in first["loc"][1:] or first["loc"]) or "command"
+            field = ".".join(str(p) for p in first["loc"]) or "command"  # as the HTTP route names it
             return ToolError(f"error: {field}: {str(first['msg']).removeprefix('Value error, ')}")
         if isinstance(exc, TransportError):
             return ToolError(f"error: serve: the memory store did not answer ({exc}); try again later")
