@@ -187,6 +187,10 @@ def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
                     checks.append(("the log copy cannot be decrypted", text is None and personal is None))
     finally:
         svc.close()
+    console.print("9. memledger serve for a moment: one write and one recall over HTTP")
+    from workers.demo_serve import over_http
+
+    checks.append(("a write over HTTP is recalled at once", over_http(data_dir, embedder, SUBJECT, PURPOSE, console)))
     console.print("")
     for label, ok in checks:
         console.print(f"  [{'green' if ok else 'red'}]{'ok  ' if ok else 'FAIL'}[/] {label}")

@@ -20,8 +20,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from ledger.crypto import new_master_key
-from tests.e2e.conftest import Cli, free_port
+from tests.e2e.conftest import Cli, _base_env, free_port
 
 
 @dataclass
@@ -46,15 +45,8 @@ class Served:
 
 
 def base_env(root: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLEDGER_") or k.startswith("MEMLEDGER_TEST_")}
-    env.update(
-        MEMLEDGER_DATA_DIR=str(root / "data"),
-        MEMLEDGER_EMBEDDER="hashing",
-        MEMLEDGER_MASTER_KEY=new_master_key(),
-        PYTHONUNBUFFERED="1",
-    )
-    (root / "data").mkdir(parents=True, exist_ok=True)
-    return env
+    """The environment of the embedded default in ``root`` (``root/data``, hashing embedder)."""
+    return _base_env(root)
 
 
 def start(env: dict[str, str], root: Path, port: int | None = None, timeout_s: float = 120) -> Served:

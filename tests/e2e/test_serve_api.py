@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -55,6 +57,8 @@ def distributed(
         served = serving.start(env, root)
         worker = served.cli.start_worker()
         try:
+            ready = lambda: httpx.get(served.url + "/readyz", timeout=5).status_code == 200  # noqa: E731
+            wait_until(ready, 180, "every store to answer (the vectors worker)", served.cli.worker_logs)
             yield served
         finally:
             serving.stop(served)
@@ -337,3 +341,54 @@ def test_the_cli_goes_through_serve_with_the_same_output(embedded: serving.Serve
     data_dir = Path(cli.env["MEMLEDGER_DATA_DIR"])
     assert (data_dir / "serve.json").stat().st_mode & 0o077 == 0  # the operator's credential: owner only
     assert json.loads((data_dir / "serve.json").read_text())["url"] == embedded.url
+
+
+def test_schemathesis_finds_no_5xx_and_no_response_outside_the_schema(embedded: serving.Served) -> None:
+    """Every operation with generated good and bad inputs (bounded: 5 examples an
+    operation and phase), by a key granted every subject so that inputs reach the ledger."""
+    token = embedded.key("fuzzer", ["*"], ("read", "write", "erase", "admin"))
+    checks = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("schemathesis")),
+            "run",
+            f"{embedded.url}/openapi.json",
+            "--header",
+            f"Authorization: Bearer {token}",
+            "--checks",
+            checks,
+            "--max-examples",
+            "5",
+            "--phases",
+            "examples,coverage,fuzzing",
+            "--workers",
+            "1",
+            "--seed",
+            "1",
+            "--request-timeout",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert "failed" not in proc.stdout.splitlines()[-1], proc.stdout[-3000:]
+
+
+def test_several_serve_processes_share_keys_and_data_in_the_distributed_mode(
+    distributed: serving.Served, tmp_path: Path
+) -> None:
+    other = serving.start(distributed.cli.env, tmp_path)
+    try:
+        subject = f"shared-{uuid.uuid4().hex[:8]}"
+        token = distributed.key(f"agent-{subject}", [subject])
+        with LedgerClient(distributed.url, token) as a, LedgerClient(other.url, token) as b:
+            ack = a.write(subject, "Eve reads the changelog first", PURPOSE)
+            assert [i.memory_id for i in b.recall(subject, "changelog", PURPOSE, after=ack).items] == [ack.memory_id]
+            distributed.cli.run("keys", "revoke", token.split("_")[1])
+            for client in (a, b):  # revoked at once in every process
+                with pytest.raises(Unauthenticated):
+                    client.memories(subject)
+    finally:
+        assert serving.stop(other) == 0

@@ -1,4 +1,4 @@
-"""Edges of the ``memledger`` command line, run as a user runs it (``workers.cli._run``:
+"""Edges of the ``memledger`` command line, run as a user runs it (``workers.cli.root.run_args``:
 exit status and one line on stderr) in the embedded mode on the test Postgres and Redis:
 erase's positional arguments, a consent withdrawal that matches nothing, the counts in
 trace and erasure-report, and the provenance recall prints."""
@@ -6,6 +6,7 @@ trace and erasure-report, and the provenance recall prints."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -44,7 +45,7 @@ def run(
     def invoke(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()
         monkeypatch.setattr(sys, "argv", ["memledger", *args])
-        code = cli._run()
+        code = cli.run_args()
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -141,7 +142,7 @@ def test_trace_and_erasure_report_count_one_memory_and_one_request_in_the_singul
 def test_recall_text_shows_the_provenance_of_each_item(run: Run) -> None:
     write(
         run, "alice", "Alice prefers short answers", "--kind", "preference", "--key", "answer_length",
-        "--turn-id", "turn-3", "--source-ref", "crm", "--consent-ref", "c-9", "--writer", "support-agent",
+        "--turn-id", "turn-3", "--source-ref", "crm", "--consent-ref", "c-9", "--agent", "support-agent",
         "--veracity", "imported",
     )  # fmt: skip
     write(run, "alice", "Alice wants short answers in this guide", "--scope", "document:guide", "--tool-call-id", "t-7")
@@ -157,9 +158,10 @@ def test_recall_text_shows_the_provenance_of_each_item(run: Run) -> None:
         prov = item["provenance"]
         assert head.endswith(f"{item['kind']}: {item['content']}")
         written = prov["written_at"][:19]  # to the second, in UTC (the CLI writes it in UTC)
-        assert details[0].strip().startswith(f"by {prov['writer']} at {written}Z; confidence {item['confidence']:.2f}")
+        writer = prov["writer"] + (f" (agent {prov['agent']})" if prov.get("agent") else "")
+        assert details[0].strip().startswith(f"by {writer} at {written}Z; confidence {item['confidence']:.2f}")
     text = "\n".join(blocks)
-    assert "by support-agent at" in text and "confidence 0.60; scope subject; key answer_length" in text
+    assert "by cli (agent support-agent) at" in text and "confidence 0.60; scope subject; key answer_length" in text
     assert "turn turn-3; source crm; consent c-9" in text
     assert "scope document:guide" in text and "tool call t-7" in text
 
@@ -201,3 +203,35 @@ def test_a_query_longer_than_the_limit_is_refused_naming_the_field(run: Run) -> 
     write(run, "alice", "Alice likes tea")
     err = refused(run, "recall", "alice", "tea " * 1250, "--purpose", PURPOSE)
     assert "query: is 5000 characters; at most 4096 are accepted" in err
+
+
+# -- memories ---------------------------------------------------------------------------
+
+
+def test_memories_lists_status_revision_key_and_supersession(run: Run) -> None:
+    old = write(run, "alice", "Alice uses Python 3.11", "--key", "python_version", "--agent", "planner")
+    new = ok(run, "supersede", old, "alice", "Alice uses Python 3.12", "--json")["memory_id"]
+    gone = write(run, "alice", "Alice's phone is 555-0100")
+    request = ok(run, "erase", "alice", gone, "--json")["request_id"]
+    text = ok(run, "memories", "alice")
+    assert text.splitlines() == [
+        "1 memory of alice:",
+        f"  {new} active rev 1 fact key python_version ({PURPOSE})",
+        f"      supersedes {old}",
+        "      Alice uses Python 3.12",
+    ]
+    every = {m["memory_id"]: m for m in ok(run, "memories", "alice", "--all", "--json")["memories"]}
+    assert every[old]["status"] == "superseded" and every[old]["superseded_by"] == new and every[old]["revision"] == 2
+    assert every[old]["provenance"]["agent"] == "planner" and every[old]["provenance"]["writer"] == "cli"
+    assert every[gone]["status"] == "erased" and every[gone]["erased_by"] == request and every[gone]["content"] is None
+    assert f"  {gone} erased by {request} at " in ok(run, "memories", "alice", "--all")
+    # an erase-only principal sees the statuses, not the text
+    grants = Path(os.environ["MEMLEDGER_DATA_DIR"]) / "grants.toml"
+    grants.write_text(grants.read_text() + '\n[principals.dpo]\ngrants = [{ subjects = ["*"], actions = ["erase"] }]\n')
+    listed = ok(run, "--principal", "dpo", "memories", "alice", "--json")["memories"]
+    assert (
+        [m["memory_id"] for m in listed] == [new]
+        and listed[0]["content"] is None
+        and listed[0]["key"] == "python_version"
+    )
+    assert "may not erase" in refused(run, "--principal", "stranger", "memories", "alice")

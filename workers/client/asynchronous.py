@@ -24,28 +24,6 @@ from workers.client.transport import RetryPolicy, decode, request_kwargs, retrya
 T = TypeVar("T")
 
 
-def _recall(
-    query: str,
-    purpose: str,
-    k: int,
-    now: datetime | None,
-    scope: Sequence[str],
-    include_unconfirmed: bool,
-    after: Positions,
-    wait_timeout_s: float,
-) -> wire.Recall:
-    return wire.Recall(
-        query=query,
-        purpose=purpose,
-        k=k,
-        now=now,
-        scope=list(scope),
-        include_unconfirmed=include_unconfirmed,
-        wait_for=calls.positions_of(after),
-        wait_timeout_s=wait_timeout_s,
-    )
-
-
 class AsyncLedgerClient:
     """The asynchronous ``LedgerClient`` (``async with AsyncLedgerClient(url, token) as c``)."""
 
@@ -164,7 +142,7 @@ class AsyncLedgerClient:
         recall wait, at most ``wait_timeout_s`` seconds, until the projections it reads
         have applied them (read your own writes)."""
         return await self._send(
-            calls.recall(subject_id, _recall(query, purpose, k, now, scope, include_unconfirmed, after, wait_timeout_s))
+            calls.recall(subject_id, query, purpose, k, now, scope, include_unconfirmed, after, wait_timeout_s)
         )
 
     async def memories(

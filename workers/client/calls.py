@@ -93,7 +93,27 @@ def memory_tool(subject_id: str, command: wire.MemoryCommand) -> Call[wire.Memor
     return _command(path, command, wire.MemoryToolResult)
 
 
-def recall(subject_id: str, req: wire.Recall) -> Call[wire.RecallResult]:
+def recall(
+    subject_id: str,
+    query: str,
+    purpose: str,
+    k: int,
+    now: datetime | None,
+    scope: Sequence[str],
+    include_unconfirmed: bool,
+    after: Positions,
+    wait_timeout_s: float,
+) -> Call[wire.RecallResult]:
+    req = wire.Recall(
+        query=query,
+        purpose=purpose,
+        k=k,
+        now=now,
+        scope=list(scope),
+        include_unconfirmed=include_unconfirmed,
+        wait_for=positions_of(after),
+        wait_timeout_s=wait_timeout_s,
+    )
     body = req.model_dump(mode="json", exclude_unset=True)
     return Call("POST", f"/v1/subjects/{_p(subject_id)}/recall", TypeAdapter(wire.RecallResult), body=body)
 

@@ -24,28 +24,6 @@ from workers.client.transport import RetryPolicy, decode, request_kwargs, retrya
 T = TypeVar("T")
 
 
-def _recall(
-    query: str,
-    purpose: str,
-    k: int,
-    now: datetime | None,
-    scope: Sequence[str],
-    include_unconfirmed: bool,
-    after: Positions,
-    wait_timeout_s: float,
-) -> wire.Recall:
-    return wire.Recall(
-        query=query,
-        purpose=purpose,
-        k=k,
-        now=now,
-        scope=list(scope),
-        include_unconfirmed=include_unconfirmed,
-        wait_for=calls.positions_of(after),
-        wait_timeout_s=wait_timeout_s,
-    )
-
-
 class LedgerClient:
     """A client of ``base_url`` (e.g. ``http://127.0.0.1:8765``) with API key ``token``.
     ``timeout_s`` bounds each attempt; ``transport`` replaces httpx's (tests)."""
@@ -168,7 +146,7 @@ class LedgerClient:
         recall wait, at most ``wait_timeout_s`` seconds, until the projections it reads
         have applied them (read your own writes)."""
         return self._send(
-            calls.recall(subject_id, _recall(query, purpose, k, now, scope, include_unconfirmed, after, wait_timeout_s))
+            calls.recall(subject_id, query, purpose, k, now, scope, include_unconfirmed, after, wait_timeout_s)
         )
 
     def memories(

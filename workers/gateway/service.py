@@ -486,7 +486,7 @@ class Gateway:
         """
         if key is None:
             return run()
-        with self._guard(caller, None):
+        with self._stores_guard():  # run's own refusals are audited by run
             return self._idempotency.once(caller.principal.id, key, fingerprint, run, model)
 
     def ready(self) -> wire.Ready:
@@ -522,9 +522,13 @@ class Gateway:
     def _trace(self, caller: Caller, request_id: str, what: str) -> TraceReport:
         with self._guard(caller, None):
             self._scope(caller, "erase")
+            with self.svc.pool.connection() as conn:
+                row = conn.execute(
+                    "SELECT subject_id FROM erasure_requests WHERE request_id = %s", (request_id,)
+                ).fetchone()
+            if row is None or not caller.principal.may("erase", str(row[0])):
+                raise UnknownRequestError(request_id)  # another subject's request is not revealed (nor probed)
             report = trace(self.svc.pool, request_id, self.svc.trace_targets())
-            if not caller.principal.may("erase", report.subject_id):
-                raise UnknownRequestError(request_id)  # another subject's request is not revealed
             reason = f"{what} of {request_id}: {report.verdict}"
             self.audit_log.record(caller.via, "ok", reason, **_who(caller, report.subject_id))
             return report

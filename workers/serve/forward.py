@@ -101,11 +101,13 @@ def absolute_paths(argv: Sequence[str], cwd: Path) -> list[str]:
             out[i + 1] = str(cwd / out[i + 1])
     command, rest = split_command(out)
     if command == "ingest-locomo":
-        start = len(out) - len(rest)
-        for j in range(start, len(out)):
-            if not out[j].startswith("-"):
-                out[j] = str(cwd / out[j])
-                break
+        j = len(out) - len(rest)
+        while j < len(out):
+            if out[j].startswith("-"):  # an option; --limit takes a value
+                j += 2 if out[j] == "--limit" else 1
+                continue
+            out[j] = str(cwd / out[j])
+            break
     return out
 
 
