@@ -61,10 +61,10 @@ def parse(path: str, field: str = "path") -> str:
 
 def _path_rule(path: str) -> str | None:
     """The rule the path as a whole breaks, if any."""
+    if any(unicodedata.category(c) in _INVISIBLE for c in path):  # first: a lone surrogate has no UTF-8
+        return "must not contain control or invisible format characters"
     if len(path.encode("utf-8")) > MAX_PATH_BYTES:
         return f"must be at most {MAX_PATH_BYTES} bytes in UTF-8"
-    if any(unicodedata.category(c) in _INVISIBLE for c in path):
-        return "must not contain control or invisible format characters"
     if "%" in path:
         return "must not contain '%': percent-encoding is not decoded, write the characters themselves"
     if "\\" in path:
