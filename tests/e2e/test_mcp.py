@@ -37,10 +37,8 @@ TOOLS = {"remember", "recall", "get", "list", "history", "forget", "trace", "mem
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[serving.Served]:
-    root = tmp_path_factory.mktemp("mcp-embedded")
-    served = serving.start(serving.base_env(root), root)
-    yield served
-    serving.stop(served)
+    with serving.embedded(tmp_path_factory.mktemp("mcp-embedded")) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +46,10 @@ def distributed(
     tmp_path_factory: pytest.TempPathFactory, pg_dsn: str, kafka_bootstrap: str, redis_url: str
 ) -> Iterator[serving.Served]:
     root = tmp_path_factory.mktemp("mcp-distributed")
-    with serving.database(pg_dsn) as dsn:
-        served = serving.start(serving.distributed_env(root, dsn, kafka_bootstrap, redis_url), root)
-        worker = served.cli.start_worker()
-        try:
-            with LedgerClient(served.url, served.key("warm-up", ["warm-up"])) as client:  # until the worker applies
-                client.wait(client.write("warm-up", "the worker is up", PURPOSE), timeout_s=60)
-            yield served
-        finally:
-            serving.stop(served)
-            served.cli.kill(worker, 15)
+    with serving.distributed(root, pg_dsn, kafka_bootstrap, redis_url) as served:
+        with LedgerClient(served.url, served.key("warm-up", ["warm-up"])) as client:  # until the workers apply
+            client.wait(client.write("warm-up", "the workers are up", PURPOSE), timeout_s=60)
+        yield served
 
 
 @pytest.fixture(scope="module", params=["embedded", "distributed"])

@@ -27,12 +27,6 @@ from anthropic.lib.tools import BetaAbstractMemoryTool, BetaAsyncAbstractMemoryT
 from anthropic.types.beta import (
     BetaCacheControlEphemeralParam,
     BetaMemoryTool20250818Command,
-    BetaMemoryTool20250818CreateCommand,
-    BetaMemoryTool20250818DeleteCommand,
-    BetaMemoryTool20250818InsertCommand,
-    BetaMemoryTool20250818RenameCommand,
-    BetaMemoryTool20250818StrReplaceCommand,
-    BetaMemoryTool20250818ViewCommand,
 )
 from pydantic import ValidationError
 
@@ -108,23 +102,8 @@ class LedgerMemoryTool(BetaAbstractMemoryTool):
             raise self._seen.refusal(body, exc) from None
         return self._seen.learn(body, self.last_result)
 
-    def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
-        return self._run(command)
-
-    def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
-        return self._run(command)
-
-    def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
-        return self._run(command)
-
-    def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
-        return self._run(command)
-
-    def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
-        return self._run(command)
-
-    def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
-        return self._run(command)
+    # every command goes the same way: the route decides what it does
+    view = create = str_replace = insert = delete = rename = _run
 
 
 class AsyncLedgerMemoryTool(BetaAsyncAbstractMemoryTool):
@@ -152,20 +131,4 @@ class AsyncLedgerMemoryTool(BetaAsyncAbstractMemoryTool):
             raise self._seen.refusal(body, exc) from None
         return self._seen.learn(body, self.last_result)
 
-    async def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
-        return await self._run(command)
-
-    async def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
-        return await self._run(command)
-
-    async def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
-        return await self._run(command)
-
-    async def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
-        return await self._run(command)
-
-    async def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
-        return await self._run(command)
-
-    async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
-        return await self._run(command)
+    view = create = str_replace = insert = delete = rename = _run
