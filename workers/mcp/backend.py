@@ -20,7 +20,10 @@ from workers.memtool.service import MemoryTool
 
 
 class Backend(Protocol):
-    """The ledger as the MCP tools see it (blocking calls; the tools run in worker threads)."""
+    """The ledger as the MCP tools see it, for one caller: each method is the gateway
+    operation of the same name (``memory`` is ``Gateway.memory``, ``memories``
+    ``Gateway.memories``, ``memory_tool`` ``MemoryTool.execute``), with its refusals.
+    Blocking calls: the tools run in worker threads."""
 
     def write(self, subject_id: str, req: wire.WriteMemory) -> wire.CommandAck: ...
 

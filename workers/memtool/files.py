@@ -48,10 +48,12 @@ class File:
 
     @property
     def size_bytes(self) -> int:
+        """The content's size in bytes of UTF-8."""
         return len(self.content.encode("utf-8"))
 
     @property
     def memory_ids(self) -> tuple[str, ...]:
+        """Every live memory at the path: the current revision first."""
         return (self.memory_id, *self.others)
 
 
@@ -100,6 +102,7 @@ class Tree:
         return path == paths.ROOT or any(p.startswith(path + "/") for p in self._files)
 
     def exists(self, path: str) -> bool:
+        """Whether ``path`` is a file or a directory."""
         return path in self._files or self.is_dir(path)
 
     def under(self, directory: str) -> list[File]:
