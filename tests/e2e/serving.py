@@ -4,7 +4,6 @@ Redis of the test services, with ``memledger worker`` for the projections)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,7 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -32,7 +31,6 @@ class Served:
     proc: subprocess.Popen[bytes]
     log: Path
     port: int
-    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
@@ -145,6 +143,3 @@ def distributed(
             stop(served)
             served.cli.kill(worker, 15)
 
-
-def json_of(proc: subprocess.CompletedProcess[str]) -> object:
-    return json.loads(proc.stdout)
