@@ -142,4 +142,3 @@ def distributed(
         finally:
             stop(served)
             served.cli.kill(worker, 15)
-
