@@ -96,9 +96,12 @@ class MemoryTool:
         refs = [f.file_ref for f in files if f.file_ref is not None]
         earlier = self.gateway.revisions(caller, subject_id, refs) if refs else []
         ids = list(dict.fromkeys([m for f in files for m in f.memory_ids] + earlier))
-        return self.gateway.erase(
-            caller, subject_id, wire.Erase(memory_ids=ids, reason=ERASURE_REASON, legal_basis=ERASURE_BASIS)
+        # built, not validated: the wire's bound on memory_ids (1,000) keeps request bodies small,
+        # and an often edited file has more revisions than that; the ledger's command takes them all
+        request = wire.Erase.model_construct(
+            memory_ids=ids, whole_subject=False, source=None, reason=ERASURE_REASON, legal_basis=ERASURE_BASIS
         )
+        return self.gateway.erase(caller, subject_id, request)
 
 
 def _revision(put: Put, old: File) -> wire.Supersede:
