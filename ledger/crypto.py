@@ -25,6 +25,7 @@ import hmac
 import os
 import secrets
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -72,6 +73,14 @@ def _unb64(text: str) -> bytes:
 
 def _aad(key_id: str, context: str | None) -> bytes:
     return key_id.encode() if context is None else f"{key_id}\x00{context}".encode()
+
+
+def _decrypt(data_key: bytes, sealed: SealedText, context: str | None) -> str:
+    try:
+        plain = AESGCM(data_key).decrypt(_unb64(sealed.nonce), _unb64(sealed.ciphertext), _aad(sealed.key_id, context))
+    except InvalidTag:
+        raise CorruptContentError(sealed.key_id) from None
+    return plain.decode("utf-8")
 
 
 def parse_master_key(text: str) -> bytes:
@@ -278,15 +287,29 @@ class Keyring:
         data_key = held.data_keys.get(sealed.key_id) if held is not None else None
         if data_key is None:
             data_key = self._load(conn, sealed.key_id)
-        if data_key is None:
-            return None
-        try:
-            plain = AESGCM(data_key).decrypt(
-                _unb64(sealed.nonce), _unb64(sealed.ciphertext), _aad(sealed.key_id, context)
-            )
-        except InvalidTag:
-            raise CorruptContentError(sealed.key_id) from None
-        return plain.decode("utf-8")
+        return None if data_key is None else _decrypt(data_key, sealed, context)
+
+    def open_many(
+        self, conn: psycopg.Connection, sealed: Sequence[SealedText], context: str | None = None
+    ) -> list[str | None]:
+        """``open`` for several sealed texts, loading their data keys in one query (the
+        running command's own keys, not yet inserted, first); the texts in the same order
+        (``None`` where the key is destroyed or absent).
+
+        Raises:
+            CorruptContentError: a ciphertext does not authenticate under its key.
+        """
+        held = write_behind.active(conn)
+        keys: dict[str, bytes] = dict(held.data_keys) if held is not None else {}
+        ids = sorted({s.key_id for s in sealed} - keys.keys())
+        if ids:
+            write_behind.barrier(conn)
+            rows = conn.execute(
+                "SELECT key_id, wrapped_key FROM memory_keys WHERE key_id = ANY(%s) AND wrapped_key IS NOT NULL",
+                (ids,),
+            ).fetchall()
+            keys |= {str(key_id): self._unwrap(bytes(wrapped), str(key_id)) for key_id, wrapped in rows}
+        return [None if s.key_id not in keys else _decrypt(keys[s.key_id], s, context) for s in sealed]
 
     def subject_key_id(self, conn: psycopg.Connection, subject_id: str) -> str:
         """The id of the subject's live data key (``subject:<uuid>``), for fields that

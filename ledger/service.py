@@ -143,6 +143,14 @@ class _BatchHints:
 
 
 @dataclass(frozen=True)
+class LiveMemory:
+    """A live memory as the ledger holds it: its head and its text."""
+
+    head: state.MemoryHead
+    content: str
+
+
+@dataclass(frozen=True)
 class CommandResult:
     """What an accepted command produced: its events and where the log put them."""
 
@@ -269,14 +277,8 @@ class Ledger:
             return _Decision([e for _, events in recorded for e in events], memory_id=only)
 
         _, positions = self._execute("write", decide)
-        results: list[CommandResult] = []
-        start = 0
-        for memory_id, events in recorded:
-            results.append(CommandResult(tuple(events), tuple(positions[start : start + len(events)]), memory_id))
-            start += len(events)
-        return results
+        return _results(recorded, positions)
 
-    @retry_aborted
     def supersede(
         self, principal: Principal, memory_id: str, cmd: MemoryWrite, correlation_id: str | None = None
     ) -> CommandResult:
@@ -290,32 +292,51 @@ class Ledger:
                 for another purpose or scope, or is not ``active``/``needs_confirmation``;
                 or as ``write``.
         """
-        principal.require("write", cmd.subject_id)
+        return self.supersede_many(principal, [(memory_id, cmd)], correlation_id)[0]
+
+    @retry_aborted
+    def supersede_many(
+        self, principal: Principal, replacements: Sequence[tuple[str, MemoryWrite]], correlation_id: str | None = None
+    ) -> list[CommandResult]:
+        """Several supersessions (old memory id, replacement) in one transaction and one
+        log batch, all or none, in the order given; e.g. every file of a directory the
+        memory tool renames. Raises as ``supersede`` (for the first one refused)."""
+        for _, cmd in replacements:
+            principal.require("write", cmd.subject_id)
         now = self._clock()
         corr = correlation_id or new_id()
+        recorded: list[tuple[str, list[Event]]] = []
 
         def decide(conn: psycopg.Connection) -> _Decision:
-            old = self._one_head(conn, memory_id, cmd.subject_id, "memory_id")
-            if old.subject_id != cmd.subject_id:
-                raise InvalidCommandError("subject_id", "a supersession cannot cross subjects")
-            if old.purpose != cmd.purpose:
-                raise InvalidCommandError(
-                    "purpose",
-                    f"memory {memory_id!r} was written for {old.purpose!r}: its replacement keeps that purpose",
-                )
-            if old.scope != cmd.scope:
-                raise InvalidCommandError(
-                    "scope",
-                    f"memory {memory_id!r} is scoped to {old.scope_type}:{old.scope_id}: its replacement keeps that"
-                    " scope (write a new memory for another scope)",
-                )
-            new_id_, events = self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=True)
-            if not any(isinstance(e, MemorySuperseded) and e.memory_id == memory_id for e in events):
-                events += self._supersede_all(conn, [old], new_id_, now, corr, events[0].event_id)
-            return _Decision(events, memory_id=new_id_)
+            recorded[:] = [self._replace(conn, memory_id, cmd, now, corr) for memory_id, cmd in replacements]
+            only = recorded[0][0] if len(recorded) == 1 else None
+            return _Decision([e for _, events in recorded for e in events], memory_id=only)
 
-        decision, positions = self._execute("supersede", decide)
-        return CommandResult(tuple(decision.events), tuple(positions), memory_id=decision.memory_id)
+        _, positions = self._execute("supersede", decide)
+        return _results(recorded, positions)
+
+    def _replace(
+        self, conn: psycopg.Connection, memory_id: str, cmd: MemoryWrite, now: datetime, corr: str
+    ) -> tuple[str, list[Event]]:
+        """One supersession inside the caller's transaction: the new memory's id and the events."""
+        old = self._one_head(conn, memory_id, cmd.subject_id, "memory_id")
+        if old.subject_id != cmd.subject_id:
+            raise InvalidCommandError("subject_id", "a supersession cannot cross subjects")
+        if old.purpose != cmd.purpose:
+            raise InvalidCommandError(
+                "purpose",
+                f"memory {memory_id!r} was written for {old.purpose!r}: its replacement keeps that purpose",
+            )
+        if old.scope != cmd.scope:
+            raise InvalidCommandError(
+                "scope",
+                f"memory {memory_id!r} is scoped to {old.scope_type}:{old.scope_id}: its replacement keeps that"
+                " scope (write a new memory for another scope)",
+            )
+        new_id_, events = self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=True)
+        if not any(isinstance(e, MemorySuperseded) and e.memory_id == memory_id for e in events):
+            events += self._supersede_all(conn, [old], new_id_, now, corr, events[0].event_id)
+        return new_id_, events
 
     def head(self, principal: Principal, subject_id: str, memory_id: str) -> state.MemoryHead:
         """The ledger's current view of one memory of ``subject_id`` (status, revision,
@@ -335,6 +356,46 @@ class Ledger:
         if found is None or found.subject_id != subject_id:
             raise UnknownMemoryError(memory_id, "memory_id")
         return found
+
+    def live(self, principal: Principal, subject_id: str, purpose: str, key_prefix: str) -> list[LiveMemory]:
+        """The live memories of ``subject_id`` for ``purpose`` in the subject's own scope
+        whose ``key`` starts with ``key_prefix``, with their text, ordered by key then
+        memory id: active or awaiting confirmation, not expired at the ledger's now, not
+        summaries, their data key not destroyed. The ledger's own state (what its
+        commands are checked against), so a command just acknowledged is already here;
+        a plain read, as ``head``.
+
+        Raises:
+            NotAuthorisedError: no ``read`` grant for the subject.
+        """
+        principal.require("read", subject_id)
+        with self._pool.connection() as conn:
+            heads = state.heads_where(
+                conn,
+                subject_id,
+                "status = ANY(%s) AND kind <> 'summary' AND purpose = %s AND scope_type = 'subject'"
+                " AND starts_with(key, %s) AND (expires_at IS NULL OR expires_at > %s)",
+                (list(state.ACTIVE_STATUSES), purpose, key_prefix, self._clock()),
+                lock=False,
+            )
+            readable = [h for h in heads if h.sealed_content is not None]
+            texts = self._keyring.open_many(conn, [h.sealed_content for h in readable if h.sealed_content])
+        found = [LiveMemory(h, t) for h, t in zip(readable, texts, strict=True) if t is not None]
+        return sorted(found, key=lambda m: (m.head.key or "", m.head.memory_id))
+
+    def from_sources(self, principal: Principal, subject_id: str, source_refs: Sequence[str]) -> list[state.MemoryHead]:
+        """The memories of ``subject_id``, not erased, whose ``source_ref`` is one of
+        ``source_refs`` (every revision of a document, superseded ones included), ordered
+        by memory id; a plain read.
+
+        Raises:
+            NotAuthorisedError: no ``read`` grant for the subject.
+        """
+        principal.require("read", subject_id)
+        with self._pool.connection() as conn:
+            return state.heads_where(
+                conn, subject_id, "status <> 'erased' AND source_ref = ANY(%s)", (list(source_refs),), lock=False
+            )
 
     @retry_aborted
     def confirm(self, principal: Principal, subject_id: str, memory_id: str) -> CommandResult:
@@ -1087,3 +1148,14 @@ class Ledger:
         if not allow_inactive and head.expires_at is not None and head.expires_at <= self._clock():
             raise InvalidCommandError(field_name, f"memory {memory_id!r} expired at {head.expires_at.isoformat()}")
         return head
+
+
+def _results(recorded: Sequence[tuple[str, list[Event]]], positions: Sequence[LogPosition]) -> list[CommandResult]:
+    """One result per recorded memory ``(memory id, its events)``, each with the log
+    positions of its own events (``positions`` holds all of them, in the same order)."""
+    results: list[CommandResult] = []
+    start = 0
+    for memory_id, events in recorded:
+        results.append(CommandResult(tuple(events), tuple(positions[start : start + len(events)]), memory_id))
+        start += len(events)
+    return results

@@ -204,13 +204,15 @@ def read_heads(conn: psycopg.Connection, memory_ids: Sequence[str]) -> dict[str,
 
 
 def heads_where(
-    conn: psycopg.Connection, subject_id: str, condition: str, params: Sequence[object]
+    conn: psycopg.Connection, subject_id: str, condition: str, params: Sequence[object], lock: bool = True
 ) -> list[MemoryHead]:
-    """Lock and return the subject's heads matching an SQL ``condition`` (trusted text)."""
+    """Lock and return the subject's heads matching an SQL ``condition`` (trusted text),
+    ordered by memory id; with ``lock=False`` a plain read of the last committed heads
+    (as ``read_heads``)."""
     rows = _sql(
         conn,
         f"SELECT {_HEAD_COLUMNS} FROM ledger_memories WHERE subject_id = %s AND ({condition})"
-        " ORDER BY memory_id FOR UPDATE",
+        f" ORDER BY memory_id{' FOR UPDATE' if lock else ''}",
         (subject_id, *params),
     ).fetchall()
     return [_head(r) for r in rows]

@@ -62,6 +62,12 @@ class Settings(BaseSettings):
         default=100.0, ge=0, description="memledger serve: recalls a key may make per second (0: no limit)"
     )
     api_recall_burst: int = Field(default=200, ge=1, description="recalls a key may make at once above its rate")
+    api_key: SecretStr | None = Field(
+        default=None, description="memledger mcp: the API key its tools act with (memledger keys create)"
+    )
+    serve_url: str | None = Field(
+        default=None, description="memledger mcp: a memledger serve to go through, e.g. http://127.0.0.1:8765"
+    )
     api_max_body_bytes: int = Field(
         default=2 * 1024 * 1024, ge=1024, description="memledger serve: the largest request body, bytes (else 413)"
     )

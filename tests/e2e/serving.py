@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from tests.e2e.conftest import Cli, _base_env, free_port
+from tests.e2e.conftest import Cli, _base_env, free_port, wait_until
 
 
 @dataclass
@@ -114,3 +114,31 @@ def distributed_env(root: Path, dsn: str, kafka: str, redis_url: str) -> dict[st
         MEMLEDGER_VECTOR_QUERY_URL=f"http://127.0.0.1:{free_port()}",
     )
     return env
+
+
+@contextmanager
+def embedded(root: Path, env: Mapping[str, str] | None = None) -> Iterator[Served]:
+    """``serve`` on the embedded default in ``root`` (``env`` added to its environment)."""
+    served = start(base_env(root) | dict(env or {}), root)
+    try:
+        yield served
+    finally:
+        stop(served)
+
+
+@contextmanager
+def distributed(
+    root: Path, pg_dsn: str, kafka: str, redis_url: str, env: Mapping[str, str] | None = None
+) -> Iterator[Served]:
+    """``serve`` in the distributed mode on a database of its own, with ``memledger
+    worker``, once every store answers (the vectors worker too)."""
+    with database(pg_dsn) as dsn:
+        served = start(distributed_env(root, dsn, kafka, redis_url) | dict(env or {}), root)
+        worker = served.cli.start_worker()
+        try:
+            ready = lambda: httpx.get(served.url + "/readyz", timeout=5).status_code == 200  # noqa: E731
+            wait_until(ready, 180, "every store to answer (the vectors worker)", served.cli.worker_logs)
+            yield served
+        finally:
+            stop(served)
+            served.cli.kill(worker, 15)

@@ -40,11 +40,8 @@ RATE_ENV = {"MEMLEDGER_API_WRITE_RATE_PER_S": "20", "MEMLEDGER_API_WRITE_BURST":
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[serving.Served]:
-    root = tmp_path_factory.mktemp("serve-embedded")
-    env = serving.base_env(root) | RATE_ENV
-    served = serving.start(env, root)
-    yield served
-    serving.stop(served)
+    with serving.embedded(tmp_path_factory.mktemp("serve-embedded"), RATE_ENV) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -52,17 +49,8 @@ def distributed(
     tmp_path_factory: pytest.TempPathFactory, pg_dsn: str, kafka_bootstrap: str, redis_url: str
 ) -> Iterator[serving.Served]:
     root = tmp_path_factory.mktemp("serve-distributed")
-    with serving.database(pg_dsn) as dsn:
-        env = serving.distributed_env(root, dsn, kafka_bootstrap, redis_url) | RATE_ENV
-        served = serving.start(env, root)
-        worker = served.cli.start_worker()
-        try:
-            ready = lambda: httpx.get(served.url + "/readyz", timeout=5).status_code == 200  # noqa: E731
-            wait_until(ready, 180, "every store to answer (the vectors worker)", served.cli.worker_logs)
-            yield served
-        finally:
-            serving.stop(served)
-            served.cli.kill(worker, 15)
+    with serving.distributed(root, pg_dsn, kafka_bootstrap, redis_url, RATE_ENV) as served:
+        yield served
 
 
 @pytest.fixture(scope="module", params=["embedded", "distributed"])

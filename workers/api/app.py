@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -26,6 +26,7 @@ from workers import wire
 from workers.api.limits import BodyLimit
 from workers.api.problems import RESPONSES, from_error, problem
 from workers.gateway import Caller, Gateway, GatewayError, InvalidRequestError, fingerprint
+from workers.memtool.service import MemoryTool
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +245,22 @@ def _v1(gateway: Gateway) -> APIRouter:
     ) -> wire.CommandAck:
         """Erase memories by ids, by source, or the whole subject; returns the request id."""
         return once(caller, request, key, body, wire.CommandAck, lambda: gateway.erase(caller, subject_id, body))
+
+    tool = MemoryTool(gateway)
+
+    @router.post("/subjects/{subject_id}/memory-tool", response_model=wire.MemoryToolResult, tags=["memory tool"])
+    def memory_tool(
+        subject_id: Subject,
+        body: Annotated[wire.MemoryCommand, Body()],
+        caller: Who,
+        request: Request,
+        key: IdempotencyKey = None,
+    ) -> wire.MemoryToolResult:
+        """One command of the Anthropic API's memory tool (memory_20250818: view, create,
+        str_replace, insert, delete, rename) on the subject's files under /memories, as
+        the model sent it. A file is a memory of the subject; delete is an erasure (the
+        erase scope) with a request id to trace; content_sha256 refuses a stale edit (409)."""
+        return once(caller, request, key, body, wire.MemoryToolResult, lambda: tool.execute(caller, subject_id, body))
 
     @router.post("/subjects/{subject_id}/recall", response_model=wire.RecallResult, tags=["recall"])
     def recall(subject_id: Subject, body: wire.Recall, caller: Who) -> wire.RecallResult:

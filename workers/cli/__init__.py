@@ -1,6 +1,6 @@
 """``memledger``, the command line: ``app`` is the typer application, ``main`` the
 console entry point. ``root`` holds the app, its global options and the memory
-commands; ``bench``, ``data``, ``erasure``, ``evaluation``, ``ops``, ``serving``,
+commands; ``agents``, ``bench``, ``data``, ``erasure``, ``evaluation``, ``ops``, ``serving``,
 ``verify`` and ``versions`` one group of commands each; ``util`` what they share.
 
 While ``memledger serve`` owns the data directory, ``main`` sends the command there

@@ -385,7 +385,8 @@ def sweep(
     )
 
 
-from workers.cli import bench as cli_bench  # noqa: E402  (registers the other commands)
+from workers.cli import agents as cli_agents  # noqa: E402  (registers the other commands)
+from workers.cli import bench as cli_bench  # noqa: E402
 from workers.cli import data as cli_data  # noqa: E402
 from workers.cli import erasure as cli_erasure  # noqa: E402
 from workers.cli import evaluation as cli_eval  # noqa: E402
@@ -403,6 +404,7 @@ cli_eval.register(app)
 cli_erasure.register(app)
 cli_verify.register(app)
 cli_serving.register(app)
+cli_agents.register(app)
 cli_topics.register(app)
 
 _OUTCOME_EXIT: dict[type[Exception], int] = {NotWrittenError: 1, AcknowledgementLostError: 3, OutcomeUnknownError: 4}

@@ -7,12 +7,13 @@ server's ``Retry-After`` when it gives one. Refusals raise ``workers.client.erro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel
 
 from workers import wire
 from workers.client import calls
@@ -114,6 +115,15 @@ class AsyncLedgerClient:
                 wire.Erase(memory_ids=list(memory_ids), whole_subject=whole_subject, source=source, reason=reason),
             )
         )
+
+    async def memory_tool(
+        self, subject_id: str, command: wire.MemoryCommand | Mapping[str, Any]
+    ) -> wire.MemoryToolResult:
+        """One memory tool command on ``subject_id``'s files: a ``wire.MemoryCommand``,
+        or the tool input the model sent (``{"command": "view", "path": "/memories"}``),
+        checked here first (pydantic.ValidationError naming the field)."""
+        parsed = command if isinstance(command, BaseModel) else wire.MEMORY_COMMAND.validate_python(command)
+        return await self._send(calls.memory_tool(subject_id, parsed))
 
     async def recall(
         self,

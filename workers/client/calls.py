@@ -85,6 +85,14 @@ def erase(subject_id: str, change: wire.Erase) -> Call[wire.CommandAck]:
     return _command(f"/v1/subjects/{_p(subject_id)}/erasures", change, wire.CommandAck)
 
 
+def memory_tool(subject_id: str, command: wire.MemoryCommand) -> Call[wire.MemoryToolResult]:
+    path = f"/v1/subjects/{_p(subject_id)}/memory-tool"
+    if isinstance(command, wire.MemoryView):  # a read: nothing to make idempotent
+        body = command.model_dump(mode="json", exclude_unset=True)
+        return Call("POST", path, TypeAdapter(wire.MemoryToolResult), body=body)
+    return _command(path, command, wire.MemoryToolResult)
+
+
 def recall(
     subject_id: str,
     query: str,

@@ -99,6 +99,7 @@ def replacement(
             source_ref=req.source_ref,
             derived_from=list(old.derived_from) if req.derived_from is None else req.derived_from,
             confirmed=old.status == "active" if req.confirmed is None else req.confirmed,
+            veracity=req.veracity,
             agent=req.agent,
         ),
         writer,

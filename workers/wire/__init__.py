@@ -1,7 +1,21 @@
 """The HTTP API's wire format: request and response bodies and problem details, shared
 by the server (``workers.api``), the application layer (``workers.gateway``) and the
-client (``workers.client``). Needs pydantic only."""
+client (``workers.client``); ``memory_tool`` holds the memory tool's commands. Needs
+pydantic only."""
 
+from workers.wire.memory_tool import (
+    DEFAULT_PURPOSE,
+    MEMORY_COMMAND,
+    MemoryCommand,
+    MemoryCreate,
+    MemoryDelete,
+    MemoryFileOut,
+    MemoryInsert,
+    MemoryRename,
+    MemoryStrReplace,
+    MemoryToolResult,
+    MemoryView,
+)
 from workers.wire.models import (
     MAX_BATCH,
     READS,
@@ -39,7 +53,9 @@ from workers.wire.models import (
 )
 
 __all__ = [
+    "DEFAULT_PURPOSE",
     "MAX_BATCH",
+    "MEMORY_COMMAND",
     "READS",
     "AuditEntry",
     "AuditPage",
@@ -54,9 +70,18 @@ __all__ = [
     "KeyScope",
     "LagOut",
     "LogPosition",
+    "MemoryCommand",
+    "MemoryCreate",
+    "MemoryDelete",
     "MemoryDetail",
+    "MemoryFileOut",
+    "MemoryInsert",
     "MemoryOut",
     "MemoryPage",
+    "MemoryRename",
+    "MemoryStrReplace",
+    "MemoryToolResult",
+    "MemoryView",
     "Problem",
     "Ready",
     "Recall",

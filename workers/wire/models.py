@@ -82,8 +82,8 @@ class WriteBatch(Request):
 class Supersede(Request):
     """Replace a memory with a new one holding ``content``. Fields left out are taken from
     the memory replaced (purpose and scope cannot change), except where the replacement
-    came from (turn, tool call, source). ``confirmed`` defaults to whether the old memory
-    was active."""
+    came from (turn, tool call, source, ``veracity``: a new statement unless given).
+    ``confirmed`` defaults to whether the old memory was active."""
 
     content: str = Text
     kind: Kind | None = None
@@ -97,6 +97,7 @@ class Supersede(Request):
     source_ref: str | None = Field(default=None, min_length=1, max_length=512)
     derived_from: list[str] | None = Field(default=None, max_length=1000)
     confirmed: bool | None = None
+    veracity: Veracity | None = None
     agent: str | None = Field(default=None, min_length=1, max_length=512)
 
 
