@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(
         default=2 * 1024 * 1024, ge=1024, description="memledger serve: the largest request body, bytes (else 413)"
     )
+    metrics_host: str = Field(
+        default="127.0.0.1", min_length=1, description="memledger worker: the address of its /metrics listener"
+    )
+    metrics_port: int = Field(
+        default=9465, ge=0, le=65535, description="memledger worker: the port of its /metrics listener (0: any free)"
+    )
 
     @property
     def mode(self) -> Literal["embedded", "distributed"]:

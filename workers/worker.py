@@ -42,6 +42,7 @@ from projections.erasure_lane import lane_for
 from projections.errors import VersionError
 from projections.runner import ProjectionRunner
 from workers.bootstrap import Services, build, vector_query_url
+from workers.metrics.endpoint import embedded_metrics
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ def _stop_on_signals() -> threading.Event:
 def _run_embedded(settings: Settings, names: Sequence[str], poll_interval_s: float) -> None:
     stopping = _stop_on_signals()
     svc = build(settings, projections=tuple(names))
+    embedded_metrics(svc)  # /metrics on MEMLEDGER_METRICS_HOST:PORT until svc closes
     try:
         print(f"worker: embedded, projections {', '.join(names)}; Ctrl-C stops", flush=True)
         while not stopping.is_set():
