@@ -24,7 +24,7 @@ from prometheus_client import Counter, Histogram, disable_created_metrics
 
 from contracts.events import EVENT_TYPES
 
-disable_created_metrics()  # no ``_created`` series: Prometheus's text format has no use for them
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``_created`` series: Prometheus's text format has no use for them
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Buckets of request and recall latency histograms, seconds (1 ms to 10 s)."""
