@@ -39,6 +39,7 @@ from projections.vector_index import VectorIndex, VectorIndexError
 from projections.vectors import VectorsProjection
 from projections.versions import EmbedderSpec
 from workers import interrupts
+from workers.metrics.metered import MeteredDeadLetterQueue, MeteredEventLog, MeteredRecall, metered
 from workers.processes import alive as _alive
 from workers.settings import Settings
 
@@ -242,10 +243,10 @@ class Services:
 
     def runner(self, name: str, retry: RetryPolicy | None = None) -> ProjectionRunner:
         """A runner of the serving version of ``name`` (as built)."""
-        return ProjectionRunner(self.projections[name], self.dlq, retry)
+        return ProjectionRunner(metered(self.projections[name]), self.dlq, retry)
 
     def runner_for(self, projection: Projection, retry: RetryPolicy | None = None) -> ProjectionRunner:
-        return ProjectionRunner(projection, self.dlq, retry)
+        return ProjectionRunner(metered(projection), self.dlq, retry)
 
     def live_projections(self) -> list[Projection]:
         """Every version this process applies now: the serving and previous versions of
@@ -324,6 +325,10 @@ class Services:
             return probe_kafka_dlq(self.settings.kafka_bootstrap, self.settings.dlq_topic, scope)
         with self.pool.connection() as conn:
             return probe_postgres_dlq(conn, scope)
+
+    def on_close(self, closer: Callable[[], object]) -> None:
+        """Call ``closer`` when the services close, before what was built before it."""
+        self._closers.append(closer)
 
     def close(self) -> None:
         for closer in reversed(self._closers):
@@ -487,6 +492,7 @@ def build(
 
             event_log = PostgresEventLog(pool, partitions=1, topic=settings.topic)
             dlq = PostgresDeadLetterQueue(pool)
+        event_log, dlq = MeteredEventLog(event_log), MeteredDeadLetterQueue(dlq)  # workers.metrics counts them
         ledger = Ledger(
             pool,
             event_log,
@@ -516,7 +522,7 @@ def build(
         for name in PROJECTION_NAMES:
             if name in projections and (name != "vectors" or own_vectors):
                 built[name] = stores.projection(serving[name])
-        recall = Recall(
+        recall = MeteredRecall(
             pool,
             index,
             embedder,

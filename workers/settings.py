@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     recall_recency_weight: float = Field(default=RankingConfig.recency_weight, ge=0, le=1)
     recall_importance_weight: float = Field(default=RankingConfig.importance_weight, ge=0, le=1)
     recall_mmr_lambda: float = Field(default=RankingConfig.mmr_lambda, ge=0, le=1, description="1 turns MMR off")
+    metrics_host: str = Field(
+        default="127.0.0.1", min_length=1, description="memledger worker: the address of its /metrics listener"
+    )
+    metrics_port: int = Field(
+        default=9465, ge=0, le=65535, description="memledger worker: the port of its /metrics listener (0: any free)"
+    )
 
     @property
     def mode(self) -> Literal["embedded", "distributed"]:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 
 from workers.bootstrap import build
+from workers.metrics.endpoint import embedded_metrics
 from workers.settings import Settings
 
 
@@ -67,6 +68,7 @@ def _stop_on_signals() -> threading.Event:
 def _run_embedded(settings: Settings, names: Sequence[str], poll_interval_s: float) -> None:
     stopping = _stop_on_signals()
     svc = build(settings, projections=tuple(names))
+    embedded_metrics(svc)  # /metrics on MEMLEDGER_METRICS_HOST:PORT until svc closes
     try:
         print(f"worker: embedded, projections {', '.join(names)}; Ctrl-C stops", flush=True)
         while not stopping.is_set():

@@ -106,6 +106,7 @@ def _base_env(tmp_path: Path) -> dict[str, str]:
         MEMLEDGER_DATA_DIR=str(tmp_path / "data"),
         MEMLEDGER_EMBEDDER="hashing",
         MEMLEDGER_MASTER_KEY=new_master_key(),
+        MEMLEDGER_METRICS_PORT="0",  # a worker's /metrics on any free port (it prints which)
         PYTHONUNBUFFERED="1",
     )
     (tmp_path / "data").mkdir(parents=True, exist_ok=True)

@@ -386,3 +386,87 @@ def test_several_serve_processes_share_keys_and_data_in_the_distributed_mode(
                     client.memories(subject)
     finally:
         assert serving.stop(other) == 0
+
+
+def scraped(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The samples of a Prometheus text exposition, by name and labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, frozenset(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples
+    }
+
+
+def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+def label_values(samples: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> set[str]:
+    return {v for (_, ls) in samples for _, v in ls}
+
+
+def test_metrics_count_requests_refusals_and_recalls_for_an_admin_key_only(
+    served: serving.Served, tenant: Callable[[str], Tenant]
+) -> None:
+    t, other = tenant("metrics"), tenant("metrics-other")
+    ack = t.client.write(t.subject, "Dana reads the release notes first", PURPOSE)
+    t.client.recall(t.subject, "release notes", PURPOSE, after=ack)
+    with pytest.raises(Forbidden):
+        t.client.recall(other.subject, "release notes", PURPOSE)
+    assert httpx.get(served.url + "/metrics", timeout=30).status_code == 401
+    bearer = {"Authorization": f"Bearer {t.token}"}
+    assert httpx.get(served.url + "/metrics", headers=bearer, timeout=30).status_code == 403  # no admin scope
+    scraper = served.key("prometheus", [], ("admin",))
+    response = httpx.get(served.url + "/metrics", headers={"Authorization": f"Bearer {scraper}"}, timeout=30)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    samples = scraped(response.text)
+    recall = "/v1/subjects/{subject_id}/recall"
+    assert value(samples, "memledger_events_appended_total", type="MemoryWritten") >= 1
+    assert value(samples, "memledger_recall_duration_seconds_count") >= 1
+    assert value(samples, "memledger_http_requests_total", method="POST", route=recall, status="200") >= 1
+    assert value(samples, "memledger_http_request_duration_seconds_count", route=recall) >= 2
+    assert value(samples, "memledger_http_refusals_total", route=recall, reason="forbidden") >= 1
+    assert value(samples, "memledger_http_refusals_total", route="/metrics", reason="unauthenticated") >= 1
+    assert value(samples, "memledger_http_refusals_total", route="/metrics", reason="forbidden") >= 1
+    assert value(samples, "process_resident_memory_bytes") > 0
+    applied = ("memledger_projection_applied_offset", frozenset({("projection", "facts_v1"), ("partition", "0")}))
+    if served.cli.env.get("MEMLEDGER_KAFKA_BOOTSTRAP") is None:  # serve runs the projections: it shows where they are
+        assert samples[applied] >= ack.positions[0].offset
+    else:  # a stateless API process: the workers show them
+        assert applied not in samples
+    secrets = {t.subject, other.subject, ack.memory_id, t.token, scraper, *(e.event_id for e in ack.events)}
+    assert not any(s and s in v for v in label_values(samples) for s in secrets)
+
+
+def test_the_worker_supervisor_serves_its_childrens_metrics_and_the_erasures(distributed: serving.Served) -> None:
+    t = Tenant(distributed, "worker-metrics")
+    with t.client:
+        kept = t.client.write(t.subject, "Finn prefers tea", PURPOSE)
+        gone = t.client.write(t.subject, "Finn's door code is 2468", PURPOSE, key="door")
+        erased = t.client.erase(t.subject, [gone.memory_id or ""], reason="the subject asked")
+        assert erased.request_id is not None
+        request_id = erased.request_id
+        wait_until(lambda: t.client.trace(request_id).verdict == "complete", 120, "the erasure to complete")
+    logs = "".join(p.read_text() for p in Path(distributed.cli.env["MEMLEDGER_DATA_DIR"]).glob("worker-*.log"))
+    found = re.search(r"worker: metrics at (http://\S+)", logs)
+    assert found is not None, logs[-3000:]
+    samples = scraped(httpx.get(found.group(1), timeout=30).text)  # loopback, no credential
+    for name in ("facts", "vectors", "cache", "summaries"):
+        assert value(samples, "memledger_projection_records_applied_total", projection=f"{name}_v1") >= 3  # children
+        assert value(samples, "memledger_projection_batch_duration_seconds_count", projection=f"{name}_v1") >= 1
+        assert value(samples, "memledger_projection_info", projection=f"{name}_v1", state="serving") == 1
+        for partition in ("0", "1"):
+            labels = frozenset({("projection", f"{name}_v1"), ("partition", partition)})
+            assert ("memledger_projection_applied_offset", labels) in samples
+            assert samples[("memledger_projection_lag_records", labels)] >= 0
+            assert ("memledger_projection_lag_seconds", labels) in samples
+    assert value(samples, "memledger_log_end_offset") >= 3
+    assert value(samples, "memledger_erasures_complete_total") >= 1
+    assert value(samples, "memledger_erasure_propagation_seconds_count") >= 1
+    assert value(samples, "memledger_metrics_source_up", source="log") == 1
+    assert value(samples, "memledger_metrics_source_up", source="postgres") == 1
+    assert value(samples, "process_resident_memory_bytes") > 0  # the supervisor's own
+    secrets = {t.subject, kept.memory_id, gone.memory_id, request_id}
+    assert not any(s and s in v for v in label_values(samples) for s in secrets)

@@ -17,6 +17,8 @@ from workers.bench.targets import TARGETS
         (Target("ratio_at_least", 0.8), 800.0, 1000.0, "met"),
         (Target("ratio_at_least", 0.8), 799.0, 1000.0, "missed"),
         (Target("ratio_at_least", 0.8), 799.0, None, "not measured"),
+        (Target("ratio_at_most", 1.5), 15.0, 10.0, "met"),
+        (Target("ratio_at_most", 1.5), 15.1, 10.0, "missed"),
         (None, 5.0, None, "no target"),
     ],
 )
@@ -50,5 +52,5 @@ def test_the_table_shows_value_baseline_ratio_target_and_verdict() -> None:
 
 
 def test_every_target_key_names_a_figure_family_of_the_benchmarks() -> None:
-    families = {"append", "replay", "lag", "erasure", "locomo", "recall", "rejoin"}
+    families = {"append", "replay", "lag", "erasure", "locomo", "recall", "rejoin", "serve"}
     assert {key.split(".")[0] for key in TARGETS} <= families

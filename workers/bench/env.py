@@ -71,6 +71,7 @@ def bench_environment(targets: BenchTargets, data_dir: Path, embedder: str) -> I
         "MEMLEDGER_EMBEDDER": embedder,
         "MEMLEDGER_VECTOR_QUERY_URL": "http://127.0.0.1:16399",
         "MEMLEDGER_CONSUMER_GROUP_PREFIX": f"memledger-bench-{tag}",
+        "MEMLEDGER_METRICS_PORT": "0",  # the worker's /metrics on any free port: runs do not collide
     }
     try:
         yield env

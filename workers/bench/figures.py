@@ -4,7 +4,8 @@ the target, and the verdict.
 
 A ``Target`` bounds either the value itself (``at_most``, ``at_least``: latencies in
 milliseconds, for example) or its ratio to the baseline (``ratio_at_least``: throughput
-next to the raw client's). ``render_figures`` prints one line per figure.
+next to the raw client's; ``ratio_at_most``: a latency next to the same operation
+without the layer measured). ``render_figures`` prints one line per figure.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-Rule = Literal["at_most", "at_least", "ratio_at_least"]
+Rule = Literal["at_most", "at_least", "ratio_at_least", "ratio_at_most"]
 Verdict = Literal["met", "missed", "no target", "not measured"]
 
 
 @dataclass(frozen=True)
 class Target:
     """``rule`` applied to ``bound``: the value is at most / at least ``bound`` (in the
-    figure's unit), or its ratio to the baseline is at least ``bound``."""
+    figure's unit), or its ratio to the baseline is at least / at most ``bound``."""
 
     rule: Rule
     bound: float
@@ -39,12 +40,16 @@ class Target:
             return value >= self.bound
         if not baseline:
             return None
+        if self.rule == "ratio_at_most":
+            return value / baseline <= self.bound
         return value / baseline >= self.bound
 
     def describe(self, unit: str) -> str:
-        """E.g. ``<= 250 ms`` or ``>= 0.80x baseline``."""
+        """E.g. ``<= 250 ms``, ``>= 0.80x baseline`` or ``<= 1.50x baseline``."""
         if self.rule == "ratio_at_least":
             return f">= {self.bound:.2f}x baseline"
+        if self.rule == "ratio_at_most":
+            return f"<= {self.bound:.2f}x baseline"
         sign = "<=" if self.rule == "at_most" else ">="
         return f"{sign} {_number(self.bound)} {unit}"
 

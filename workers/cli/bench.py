@@ -71,10 +71,13 @@ def bench_all(
     ] = True,
     replay_events: Annotated[int, typer.Option(help="events for the replay benchmark (0: skip it)")] = 100_000,
     replay_embedder: Annotated[str, typer.Option(help="embedder of the replay benchmark")] = "hashing",
+    serve_seconds: Annotated[
+        float, typer.Option(help="duration of the serve benchmark per mode, s (0: skip it)")
+    ] = 30.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Append throughput, projection lag, erasure propagation latency, LoCoMo throughput and
-    recall, and replay speed on Kafka, PostgreSQL and Redis (addresses from MEMLEDGER_TEST_*,
+    recall, replay speed and memledger serve under load on Kafka, PostgreSQL and Redis (addresses from MEMLEDGER_TEST_*,
     as `deploy/services.sh env` prints them)."""
     from workers.bench.append import append_figures, bench_append
     from workers.bench.env import BenchTargets, bench_environment
@@ -83,6 +86,8 @@ def bench_all(
     from workers.bench.locomo import bench_locomo, locomo_figures
     from workers.bench.rejoin import bench_rejoin, rejoin_figures
     from workers.bench.replay import bench_replay, render, replay_figures
+    from workers.bench.serve import render as render_serve
+    from workers.bench.serve import serve_figures
 
     targets = BenchTargets.from_env()
     if not locomo.is_file():
@@ -119,12 +124,18 @@ def bench_all(
         if replay_events > 0:
             out["replay"] = bench_replay(targets, Path(tmp), replay_events, batch, replay_embedder, progress)
             figures += replay_figures(out["replay"])
+        if serve_seconds > 0:
+            plan = load_plan(100.0, serve_seconds, 16, 0.2)
+            out["serve"] = run_serve_bench(("embedded", "distributed"), Path(tmp), embedder, plan, progress)
+            figures += [f for one in out["serve"] for f in serve_figures(one)]
     recall_text = out["locomo"].pop("recall_text")
 
     def text() -> str:
         lines = [recall_text]
         if "replay" in out:
             lines += ["", render(out["replay"])]
+        if "serve" in out:
+            lines += ["", render_serve(out["serve"])]
         return "\n".join(lines)
 
     report(as_json, out, figures, text)
@@ -238,6 +249,49 @@ def bench_append_cmd(
     report(as_json, out, append_figures(out), lambda: json.dumps(out, indent=2))
 
 
+def bench_serve_cmd(
+    rate: Annotated[float, typer.Option(help="offered load, requests/s")] = 100.0,
+    seconds: Annotated[float, typer.Option(help="duration of the load, s")] = 30.0,
+    clients: Annotated[int, typer.Option(help="concurrent HTTP clients", min=1, max=256)] = 16,
+    write_share: Annotated[float, typer.Option(help="share of the requests that are writes", min=0, max=1)] = 0.2,
+    embedder: Annotated[str, typer.Option(help="minilm (default) or hashing")] = "minilm",
+    mode: Annotated[str, typer.Option(help="embedded, distributed or both")] = "both",
+    as_json: JsonOpt = False,
+) -> None:
+    """memledger serve under a steady load of recalls and writes from concurrent HTTP
+    clients, next to the same operations in-process, in the embedded default and in the
+    distributed mode (Kafka, PostgreSQL, Redis at MEMLEDGER_TEST_*, with memledger worker)."""
+    from workers.bench.serve import render, serve_figures
+
+    if mode not in ("embedded", "distributed", "both"):
+        raise typer.BadParameter(f"mode: {mode!r} must be embedded, distributed or both")
+    plan = load_plan(rate, seconds, clients, write_share)
+    modes = ("embedded", "distributed") if mode == "both" else (mode,)
+    with tempfile.TemporaryDirectory(prefix="memledger-bench-") as tmp, progress_bar(not as_json) as progress:
+        outs = run_serve_bench(modes, Path(tmp), embedder, plan, progress)
+    figures = [f for out in outs for f in serve_figures(out)]
+    report(as_json, {"serve": outs}, figures, lambda: render(outs))
+
+
+def load_plan(rate: float, seconds: float, clients: int, write_share: float) -> Any:
+    from workers.bench.serve_load import LoadPlan
+
+    return LoadPlan(rate=rate, seconds=seconds, clients=clients, write_share=write_share)
+
+
+def run_serve_bench(modes: tuple[str, ...], tmp: Path, embedder: str, plan: Any, progress: Any) -> list[dict[str, Any]]:
+    """``bench_embedded`` and/or ``bench_distributed`` (addresses from MEMLEDGER_TEST_*)."""
+    from workers.bench.env import BenchTargets
+    from workers.bench.serve import bench_distributed, bench_embedded
+
+    outs = []
+    if "embedded" in modes:
+        outs.append(bench_embedded(tmp / "serve-embedded", embedder, plan, progress))
+    if "distributed" in modes:
+        outs.append(bench_distributed(BenchTargets.from_env(), tmp, embedder, plan, progress))
+    return outs
+
+
 def register(app: typer.Typer) -> None:
     bench_app.command("recall-locomo")(bench_recall_locomo)
     bench_app.command("all")(bench_all)
@@ -246,4 +300,5 @@ def register(app: typer.Typer) -> None:
     bench_app.command("erasure")(bench_erasure_cmd)
     bench_app.command("rejoin")(bench_rejoin_cmd)
     bench_app.command("replay")(bench_replay_cmd)
+    bench_app.command("serve")(bench_serve_cmd)
     app.add_typer(bench_app, name="bench")

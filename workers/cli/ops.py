@@ -14,6 +14,7 @@ from projections.trace_html import render_html
 from workers.bootstrap import PROJECTION_NAMES
 from workers.cli.recall_text import render_recall
 from workers.cli.util import emit, parse_time, project_if_embedded, services, warn
+from workers.cli.util import settings as cli_settings
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 
@@ -142,7 +143,14 @@ def worker(
     unknown = [n for n in names if n not in PROJECTION_NAMES]
     if unknown:
         raise typer.BadParameter(f"projection: unknown {unknown}; choose from {', '.join(PROJECTION_NAMES)}")
-    run_worker(names, poll_interval_s, version)
+    cfg = cli_settings()
+    if version is not None or cfg.mode == "embedded":  # a supervised child, or one process that serves its own
+        run_worker(names, poll_interval_s, version)
+        return
+    from workers.metrics.endpoint import supervisor_metrics
+
+    with supervisor_metrics(cfg):  # one /metrics for the supervisor and every child it starts
+        run_worker(names, poll_interval_s, version)
 
 
 def register(app: typer.Typer) -> None:

@@ -475,6 +475,16 @@ class Gateway:
                 found = versions.versions(conn)
             return [wire.VersionOut.model_validate(v.to_dict()) for v in found]
 
+    def authorise_metrics(self, caller: Caller) -> None:
+        """Allow ``caller`` to read ``/metrics`` (figures without ids or content, as
+        ``lag``). Needs the admin scope.
+
+        Raises:
+            ForbiddenError: the key lacks the admin scope (audited).
+        """
+        with self._guard(caller, None):
+            self._scope(caller, "admin")
+
     def audit(
         self, caller: Caller, limit: int = 100, before: int | None = None, subject_id: str | None = None
     ) -> wire.AuditPage:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from projections import versions
+from workers.metrics import families
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def _run_child(settings: Settings, child: Child) -> int:  # pragma: no cover (ru
         signal.signal(signum, signal.SIG_DFL)
     name, version = child
     setproctitle(f"memledger worker {name}_v{version}")
+    families.use_multiprocess_values()  # the supervisor's /metrics sums what this child counts
     code = 0
     try:
         from workers.live.app import run_faust

@@ -27,6 +27,8 @@ from types import FrameType
 
 from workers.bootstrap import PROJECTION_NAMES, build
 from workers.gateway import SCOPES, Gateway, InvalidRequestError
+from workers.metrics.endpoint import serve_process_metrics
+from workers.metrics.http import instrument, metrics_router
 from workers.serve import files
 from workers.serve.operator import CommandRunner, operator_router
 from workers.serve.projector import Projector
@@ -98,7 +100,7 @@ def run_serve(settings: Settings, host: str, port: int) -> None:
         where = sock.getsockname()
         shown = f"[{where[0]}]" if ":" in where[0] else where[0]
         url = f"http://{shown}:{where[1]}"
-        routers = []
+        routers = [metrics_router(gateway)]
         if embedded:
             gateway.keys.revoke_operators()  # a serve killed before: its token is void
             key, token = gateway.keys.create(
@@ -110,8 +112,9 @@ def run_serve(settings: Settings, host: str, port: int) -> None:
             routers.append(operator_router(gateway, CommandRunner(gateway), info))
             projector = Projector(svc)
             projector.start()
+            serve_process_metrics(svc.pool, svc.log)  # serve runs the projections: their lag is its to show
             files.write(settings.data_dir, info)
-        app = create_app(gateway, routers)
+        app = instrument(create_app(gateway, routers))
         mount_mcp(app, gateway)
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=GRACE_S
