@@ -15,7 +15,8 @@ answers whether a commit cut short by a lost connection took place.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -27,6 +28,8 @@ from ledger import commits, outbox, write_behind
 from ledger.errors import EventLogError
 from ledger.eventlog import EventLog, LogPosition
 from ledger.tombstone_log import Tombstone, TombstoneLog
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -45,12 +48,14 @@ class TransactionalEventLog(Protocol):
 @dataclass(frozen=True)
 class Staged:
     """A command staged in its transaction: its id, the subjects it touched, and its
-    events' positions when they are known before the commit (in-transaction append)."""
+    events' positions when they are known before the commit (in-transaction append);
+    ``types``: its events' types, in order."""
 
     command_id: str
     subject_ids: tuple[str, ...]
     events: int
     positions: tuple[LogPosition, ...] | None
+    types: tuple[str, ...] = ()
 
 
 class CommandSink(Protocol):
@@ -90,11 +95,17 @@ class CommandSink(Protocol):
     def close(self) -> None: ...
 
 
-class InTransactionSink:
-    """Appends to a ``TransactionalEventLog`` inside the command's transaction."""
+Observer = Callable[[Sequence[str]], None]
+"""Called with the types of events the log has just made durable (e.g. to count them)."""
 
-    def __init__(self, log: TransactionalEventLog) -> None:
+
+class InTransactionSink:
+    """Appends to a ``TransactionalEventLog`` inside the command's transaction;
+    ``observe`` hears of the events once their transaction committed."""
+
+    def __init__(self, log: TransactionalEventLog, observe: Observer | None = None) -> None:
         self._log = log
+        self._observe = observe
 
     def stage(
         self,
@@ -114,17 +125,29 @@ class InTransactionSink:
                     "UPDATE erasure_requests SET log_partition = %s, log_offset = %s WHERE request_id = %s",
                     (position.partition, position.offset, event.request_id),
                 )
-        return Staged(command_id, tuple(sorted({e.subject_id for e in events})), len(events), tuple(positions))
+        subjects = tuple(sorted({e.subject_id for e in events}))
+        return Staged(command_id, subjects, len(events), tuple(positions), tuple(e.type for e in events))
 
     def settle(self, conn: psycopg.Connection, staged: Staged) -> list[LogPosition]:
         assert staged.positions is not None
+        self._observed(staged)
         return list(staged.positions)
 
     def abandon(self, conn: psycopg.Connection) -> None:
         return None
 
     def recover(self, staged: Staged) -> list[LogPosition] | None:
-        return None if staged.positions is None else list(staged.positions)
+        if staged.positions is None:
+            return None
+        self._observed(staged)
+        return list(staged.positions)
+
+    def _observed(self, staged: Staged) -> None:
+        if self._observe is not None:
+            try:
+                self._observe(staged.types)
+            except Exception:  # an observer's failure never fails a committed command
+                log.exception("the observer of appended events failed")
 
     def close(self) -> None:
         return None
@@ -188,12 +211,18 @@ class OutboxSink:
 
 
 def sink_for(
-    pool: ConnectionPool, log: EventLog, tombstone_log: TombstoneLog | None, relay_interval_s: float | None
+    pool: ConnectionPool,
+    log: EventLog,
+    tombstone_log: TombstoneLog | None,
+    relay_interval_s: float | None,
+    observe: Observer | None = None,
 ) -> CommandSink:
     """The sink for ``log``: in the command's transaction when the log lives in ``pool``'s
-    database, the outbox otherwise (its relay started: it publishes what a crash left)."""
+    database (``observe`` then hears of each command's events after its commit), the
+    outbox otherwise (its relay started: it publishes what a crash left, through ``log``'s
+    ``append_batch``, where a wrapper of ``log`` sees them)."""
     if isinstance(log, TransactionalEventLog) and log.shares(pool):
-        return InTransactionSink(log)
+        return InTransactionSink(log, observe)
     relay = outbox.OutboxRelay(pool, log, tombstone_log, relay_interval_s)
     relay.start()
     return OutboxSink(pool, relay)

@@ -170,7 +170,9 @@ class Ledger:
     ``tombstones`` table (``ledger.tombstone_log``), through the outbox.
     ``relay_interval_s``: seconds between the outbox relay's passes in this process
     (``None``: only the pass at start); not used when the log is the ledger's own
-    PostgreSQL table (``ledger.appending``). Call ``close`` to stop the relay."""
+    PostgreSQL table (``ledger.appending``). ``observe_appended``: called with the types
+    of a command's events once that table has them committed (a wrapper of a log outside
+    PostgreSQL sees the outbox relay's appends instead). Call ``close`` to stop the relay."""
 
     def __init__(
         self,
@@ -183,6 +185,7 @@ class Ledger:
         summariser: Summariser | None = None,
         tombstone_log: TombstoneLog | None = None,
         relay_interval_s: float | None = 1.0,
+        observe_appended: appending.Observer | None = None,
     ) -> None:
         self._pool = pool
         self._tombstone_log = tombstone_log
@@ -203,7 +206,7 @@ class Ledger:
             keyring.attach(conn)  # the fingerprint key survives master key rotations
             commits.prune(conn)
             conn.commit()
-        self._sink = appending.sink_for(pool, log, tombstone_log, relay_interval_s)
+        self._sink = appending.sink_for(pool, log, tombstone_log, relay_interval_s, observe_appended)
 
     def close(self) -> None:
         """Stop this process's outbox relay (what it has not published stays in the outbox

@@ -39,7 +39,7 @@ from projections.vector_index import VectorIndex, VectorIndexError
 from projections.vectors import VectorsProjection
 from projections.versions import EmbedderSpec
 from workers import interrupts
-from workers.metrics.metered import MeteredDeadLetterQueue, MeteredEventLog, MeteredRecall, metered
+from workers.metrics.metered import MeteredDeadLetterQueue, MeteredEventLog, MeteredRecall, count_committed, metered
 from workers.processes import alive as _alive
 from workers.settings import Settings
 
@@ -500,6 +500,7 @@ def build(
             producer=settings.producer,
             policy=load_policy(settings.retention_policy_file),
             tombstone_log=tombstone_log,
+            observe_appended=count_committed,
         )
         closers.append(ledger.close)  # its outbox relay, before the pool and the log close
         content = ContentAccess(pool, keyring, tombstone_set)

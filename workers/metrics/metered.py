@@ -56,6 +56,13 @@ class MeteredEventLog:
         return getattr(self.inner, name)
 
 
+def count_committed(types: Sequence[str]) -> None:
+    """Count events the ledger's own PostgreSQL log committed (the embedded default, where
+    no ``append_batch`` runs): ``memledger_events_appended_total`` by type."""
+    for t in types:
+        families.EVENTS_APPENDED.labels(t if t in families.EVENT_TYPE_NAMES else "other").inc()
+
+
 class MeteredDeadLetterQueue:
     """A ``DeadLetterQueue`` that counts the letters put (``memledger_dead_letters_total``,
     by the projection that refused the record), once the queue stored them."""
