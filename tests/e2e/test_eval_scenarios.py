@@ -5,12 +5,18 @@ the topic, once with them run by ``memledger worker`` (faust) processes."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
 import pytest
 
 from tests.e2e.conftest import Cli, wait_until
+from workers.bootstrap import Services, build
+from workers.settings import Settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -43,19 +49,41 @@ def _tables(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
         return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in _TABLES}
 
 
+@contextmanager
+def _services_of(cli: Cli) -> Iterator[Services]:
+    """The services ``memledger recall`` builds from ``cli``'s environment (the distributed
+    mode: vectors asked of the vectors worker), built once in this process: one process
+    per recall would spend seconds each starting Python and the embedding model."""
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in cli.env.items() if k.startswith("MEMLEDGER_")})
+    svc = build(Settings(), own_vectors=False)
+    try:
+        yield svc
+    finally:
+        svc.close()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _recalls(cli: Cli, data: dict[str, Any]) -> list[Any]:
     """Every recall check of the suite asked again (same subject, query, purpose, scopes,
-    ``now``, ``as_of``) against the stores as they are now."""
+    ``now``, ``as_of``) against the stores as they are now, as ``memledger recall`` asks."""
     out = []
-    for scenario in data["scenarios"]:
-        for check in scenario["checks"]:
-            args = [scenario["subject_id"], check["query"], "--purpose", check["purpose"], "--now", check["now"]]
-            args += [a for scope in check["scopes"] for a in ("--scope", scope)]
-            args += ["--include-unconfirmed"] if check["include_unconfirmed"] else []
-            args += ["--as-of", check["as_of"]] if check["as_of"] else []  # what was current then, as before
-            result = cli.json("recall", *args)
-            assert result["degraded"] == [], result  # full text and vectors both answered
-            out.append([(i["memory_id"], i["revision"], i["status"], i["content"]) for i in result["items"]])
+    with _services_of(cli) as svc:
+        for scenario in data["scenarios"]:
+            for check in scenario["checks"]:
+                result = svc.recall.recall(
+                    svc.principal(),
+                    scenario["subject_id"],
+                    check["purpose"],
+                    check["query"],
+                    datetime.fromisoformat(check["now"]),
+                    scope_keys=tuple(check["scopes"]),
+                    include_unconfirmed=check["include_unconfirmed"],
+                    as_of=datetime.fromisoformat(check["as_of"]) if check["as_of"] else None,  # what was current then
+                ).to_dict()
+                assert result["degraded"] == [], result  # full text and vectors both answered
+                out.append([(i["memory_id"], i["revision"], i["status"], i["content"]) for i in result["items"]])
     return out
 
 
