@@ -5,6 +5,7 @@ local Qdrant index; the crash is a real process exit at the injected point, see
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,12 +32,13 @@ REPO = Path(__file__).resolve().parents[2]
 def settings_env(settings: Settings) -> dict[str, str]:
     """The ``MEMLEDGER_*`` environment that gives a child process the same settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLEDGER_") or k.startswith("MEMLEDGER_TEST_")}
-    for name, value in settings.model_dump().items():
+    for name, value in settings.model_dump(mode="json").items():
         if value is None:
             continue
         if name == "master_key":
             value = settings.master_key.get_secret_value() if settings.master_key else None
-        env[f"MEMLEDGER_{name.upper()}"] = str(value)
+        # complex fields (e.g. recall_weights) are JSON in the environment, as pydantic-settings reads them
+        env[f"MEMLEDGER_{name.upper()}"] = json.dumps(value) if isinstance(value, dict | list) else str(value)
     return env
 
 
