@@ -35,10 +35,11 @@ from contracts import (
     utc_now,
 )
 from contracts.memory import PersonalFields, SealedText
-from ledger.crypto import Keyring
+from ledger.crypto import DataKeys, Keyring
 from ledger.errors import CorruptContentError
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema, vacuum
+from projections.opening import Opened, OpenedContent, SealedEvent, sealed_events, sealed_parts
 from projections.tombstone_registry import TombstoneSet
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,96 @@ class ContentAccess:
                 log.info("memory %s: content skipped: erased (tombstone)", m)
             return [None if m in gone else self._open(c, m, sealed, at) for m, sealed, at in items]
 
+    def open_events(self, events: Sequence[Event], conn: psycopg.Connection | None = None) -> OpenedContent:
+        """Open the text and personal fields of every write-type event of a batch
+        (``opening.SEALED_EVENTS``) with one tombstone query and one data key query for
+        the whole batch, instead of a round trip per event; other events are ignored.
+        Each event's result is what ``open`` and ``personal`` would give it: nothing of a
+        tombstoned memory (nor of a summary whose source is tombstoned, for which
+        ``erased`` names the source), nothing under a destroyed key; a key that has no
+        row yet, of an event that occurred less than ``recent_event_s`` seconds ago, is
+        waited for up to ``missing_key_wait_s`` seconds (all of the batch's together).
+
+        Raises:
+            psycopg.Error, EventLogError: a registry or the key store cannot be read (the
+                caller's batch fails and is retried).
+            KeyStoreError: a data key does not open under the master key.
+        """
+        writes = sealed_events(list(events))
+        if not writes:
+            return OpenedContent()
+        with self._conn(conn) as c:
+            named = [m for e in writes for m in (e.memory_id, *_sources(e))]
+            erased = self.erased_among(named, c)
+            readable = [e for e in writes if e.memory_id not in erased]
+            keys = dict(self.keyring.load_keys(c, [k.key_id for e in readable for k in _sealed(e)]))
+            now = utc_now()
+            recent = {e.event_id for e in readable if (now - e.occurred_at).total_seconds() < self.recent_event_s}
+            awaited = {k.key_id: e.memory_id for e in readable if e.event_id in recent for k in _sealed(e)}
+            missing = {k: m for k, m in awaited.items() if k not in keys}
+            if missing:
+                keys.update(self._await_keys(c, missing))
+        out: dict[str, Opened] = {}
+        for e in writes:
+            if e.memory_id in erased:
+                log.info("memory %s: content skipped: erased (tombstone)", e.memory_id)
+                out[e.event_id] = Opened(None)
+                continue
+            text_sealed, personal_sealed = sealed_parts(e)
+            text = self._decrypt(keys, e.memory_id, text_sealed, e.event_id in recent)
+            fields = None if text is None else self._decrypt_personal(keys, e.memory_id, personal_sealed)
+            out[e.event_id] = Opened(text, fields)
+        return OpenedContent(out, frozenset(erased))
+
+    def _await_keys(self, conn: psycopg.Connection, missing: dict[str, str]) -> dict[str, bytes | None]:
+        """``_await_key`` for several keys at once (key id -> memory id): polls the key
+        store for the missing ones until each has a row or ``missing_key_wait_s`` seconds
+        pass; returns the keys that appeared (a key that never does is logged)."""
+        found: dict[str, bytes | None] = {}
+        deadline = time.monotonic() + self.missing_key_wait_s
+        while len(found) < len(missing) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            found.update(self.keyring.load_keys(conn, [k for k in missing if k not in found]))
+        for key_id, memory_id in missing.items():
+            if key_id not in found:
+                log.error("memory %s: data key %s never appeared; content skipped", memory_id, key_id)
+        return found
+
+    def _decrypt(self, keys: DataKeys, memory_id: str, sealed: SealedText, recent: bool) -> str | None:
+        """The text under ``keys`` (see ``_open`` for what is logged when it is not there)."""
+        try:
+            text = self.keyring.open_with(keys, sealed)
+        except CorruptContentError as exc:
+            log.error("memory %s: content skipped: %s", memory_id, exc)
+            return None
+        if text is None and sealed.key_id not in keys:
+            if recent:
+                pass  # waited for in _await_keys, which logged it
+            else:
+                log.warning(
+                    "memory %s: content skipped: data key %s does not exist (the key store was restored from"
+                    " a backup older than the event?)",
+                    memory_id,
+                    sealed.key_id,
+                )
+        elif text is None:
+            log.info(
+                "memory %s: content skipped: data key %s was destroyed (erasure, revocation, expiry or redaction)",
+                memory_id,
+                sealed.key_id,
+            )
+        return text
+
+    def _decrypt_personal(self, keys: DataKeys, memory_id: str, sealed: SealedText | None) -> PersonalFields | None:
+        if sealed is None:
+            return None
+        try:
+            plain = self.keyring.open_with(keys, sealed, PERSONAL_CONTEXT)
+            return None if plain is None else PersonalFields.model_validate_json(plain)
+        except (CorruptContentError, ValidationError) as exc:
+            log.error("memory %s: personal fields skipped: %s", memory_id, exc)
+            return None
+
     def _open(
         self, conn: psycopg.Connection, memory_id: str, sealed: SealedText, occurred_at: datetime | None
     ) -> str | None:
@@ -381,3 +472,13 @@ class ContentAccess:
 def epoch_s(moment: datetime | None) -> float | None:
     """Seconds since the Unix epoch (UTC) of an aware datetime, or ``None``."""
     return None if moment is None else moment.timestamp()
+
+
+def _sealed(event: SealedEvent) -> list[SealedText]:
+    text, personal = sealed_parts(event)
+    return [text] if personal is None else [text, personal]
+
+
+def _sources(event: SealedEvent) -> tuple[str, ...]:
+    """The memories a summary restates (a summary of a tombstoned source is not stored)."""
+    return tuple(event.memory.provenance.derived_from) if isinstance(event, SummaryDerived) else ()
