@@ -28,6 +28,7 @@ from projections.base import ContentAccess, Projection
 from projections.cache import CacheProjection, RecallCache
 from projections.embedding import Embedder, build_embedder
 from projections.facts import STABLE, FactsProjection
+from projections.fanout import FanOutRunner
 from projections.recall import Recall, ServingStores
 from projections.runner import ProjectionRunner, RetryPolicy
 from projections.summaries import SummariesProjection
@@ -79,6 +80,11 @@ class VersionedStores:
         self._indexes: dict[int, VectorIndex] = {}
         self._caches: dict[int, RecallCache] = {}
         self._projections: dict[tuple[str, int], Projection] = {}
+
+    @property
+    def content(self) -> ContentAccess:
+        """How this process's projections open memory text (one instance for all)."""
+        return self._content
 
     def embedder(self, name: str) -> Embedder:
         """The embedder ``name`` (``build_embedder``'s argument), built once."""
@@ -242,32 +248,35 @@ class Services:
         the projections it was built with (a version being built belongs to its rebuild)."""
         return self.stores.live(list(self.projections))
 
+    def fan_out(self, projections: Sequence[Projection], retry: RetryPolicy | None = None) -> FanOutRunner:
+        """One pass over the log for ``projections``: each record read, decoded and opened
+        once for all of them (``projections.fanout``)."""
+        return FanOutRunner([self.runner_for(p, retry) for p in projections], self.stores.content)
+
     def catch_up(
         self, progress: Callable[[str, int, int], None] | None = None, retry: RetryPolicy | None = None
     ) -> int:
         """Run every in-process projection version (serving and previous) to the end of
-        the log; returns records handled. ``progress(stage, done, total)`` is called after
-        each batch, one stage per projection version.
+        the log, in one pass for all of them (``fan_out``); returns the records read (0:
+        nothing was new). ``progress(stage, done, total)`` is called after each batch.
 
         Raises:
             ProjectionStalledError: a store stayed down beyond ``retry`` (default: forever).
         """
-        handled = 0
-        for projection in self.live_projections():
-            if progress is None:
-                handled += self.runner_for(projection, retry).catch_up(self.log)
-                continue
-            done = projection.positions()
-            total = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in self.log.end_offsets().items())
-            count = 0
+        fan = self.fan_out(self.live_projections(), retry)
+        if progress is None:
+            return fan.catch_up(self.log)
+        done = fan.positions()
+        total = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in self.log.end_offsets().items())
+        stage = f"project {', '.join(fan.ids)}"
+        count = 0
 
-            def step(n: int, stage: str = f"project {projection.id}", total: int = total) -> None:
-                nonlocal count
-                count += n
-                progress(stage, count, total)
+        def step(n: int) -> None:
+            nonlocal count
+            count += n
+            progress(stage, count, total)
 
-            handled += self.runner_for(projection, retry).catch_up(self.log, progress=step)
-        return handled
+        return fan.catch_up(self.log, progress=step)
 
     def trace_targets(self) -> TraceTargets:
         """Probe the serving versions (stable views, serving collection and cache) and

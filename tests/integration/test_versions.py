@@ -155,7 +155,12 @@ def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire
                 load.erase_now.set()
                 assert load.erased.wait(30), f"the writer did not apply the erasure: {load.failures}"
                 mid_rebuild.append(p.position)
-            time.sleep(0.05)  # a rebuild slow enough to overlap with many writes and recalls
+            # a rebuild slow enough to overlap with many writes and recalls, however fast it
+            # applies: two writes for each of its first batches (or 5 s, if the writer is stuck)
+            deadline = time.monotonic() + 5
+            wanted = min(2 * len(seen), 24)
+            while len(load.applied) < wanted and time.monotonic() < deadline and not load.failures:
+                time.sleep(0.01)
 
         mid_rebuild: list[int] = []
         time.sleep(0.3)
