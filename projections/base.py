@@ -39,7 +39,7 @@ from ledger.crypto import DataKeys, Keyring
 from ledger.errors import CorruptContentError
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema, vacuum
-from projections.opening import Opened, OpenedContent, SealedEvent, sealed_events, sealed_parts
+from projections.opening import Opened, OpenedContent, SealedItem, sealed_events, sealed_item
 from projections.tombstone_registry import TombstoneSet
 
 log = logging.getLogger(__name__)
@@ -124,10 +124,15 @@ class PositionedProjection:
         with self._pool.connection() as conn, conn.transaction():
             save_position(conn, self.id, position)
 
+    opens_content: bool = False
+    """Whether the projection reads memory text: its ``apply_batch`` then takes the batch's
+    content opened once for every projection of a pass (``OpenedContent``)."""
+
     def apply(self, event: Event, position: LogPosition) -> None:
         self.apply_batch([(event, position)])
 
-    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
+        """Apply events in log order and store the positions (see the subclass)."""
         raise NotImplementedError
 
     def pending(self, items: Sequence[tuple[Event, LogPosition]]) -> list[tuple[Event, LogPosition]]:
@@ -158,13 +163,23 @@ class TransactionalProjection(PositionedProjection):
 
     vacuum_tables: tuple[str, ...] = ()
 
-    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
-        """Apply events in log order, rows and positions in one transaction."""
-        apply_in_transaction(self._pool, self.id, items, self._apply_one)
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
+        """Apply events in log order, rows and positions in one transaction (the
+        statements of the whole batch in one pipeline: ``_apply_events``). ``opened``:
+        the batch's content, when a pass opened it for every projection."""
+
+        def apply_all(conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]]) -> None:
+            self._apply_events(conn, todo, opened)
+
+        apply_batch_in_transaction(self._pool, self.id, items, apply_all)
         if self.vacuum_tables and any(isinstance(e, SHREDDING_EVENTS) for e, _ in items):
             vacuum(self._pool, self.vacuum_tables)
 
-    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
+    def _apply_events(
+        self, conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]], opened: OpenedContent | None
+    ) -> None:
+        """Apply ``todo`` (the batch's events after the positions, in log order) on
+        ``conn``, inside the batch's transaction."""
         raise NotImplementedError
 
 
@@ -198,11 +213,28 @@ def apply_in_transaction(
     items: Sequence[tuple[Event, LogPosition]],
     apply_one: Callable[[psycopg.Connection, Event, LogPosition], None],
 ) -> None:
+    """Apply a batch of events one by one (``apply_one``) and advance the positions in
+    ONE transaction (see :func:`apply_batch_in_transaction`)."""
+
+    def apply_all(conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]]) -> None:
+        for event, position in todo:
+            apply_one(conn, event, position)
+
+    apply_batch_in_transaction(pool, projection, items, apply_all)
+
+
+def apply_batch_in_transaction(
+    pool: ConnectionPool,
+    projection: str,
+    items: Sequence[tuple[Event, LogPosition]],
+    apply_all: Callable[[psycopg.Connection, list[tuple[Event, LogPosition]]], None],
+) -> None:
     """Apply a batch of events and advance the positions in ONE transaction.
 
     The positions of the batch's partitions are locked first; an event at or before its
-    partition's position is already done and skipped. Either every new event of the
-    batch and its position commit together, or nothing does.
+    partition's position is already done and left out of what ``apply_all`` gets (the
+    rest, in log order). Either every new event of the batch and its position commit
+    together, or nothing does.
     """
     if not items:
         return
@@ -219,11 +251,14 @@ def apply_in_transaction(
             (projection, partitions),
         ).fetchall()
         done = {int(p): int(o) for p, o in rows}
+        todo: list[tuple[Event, LogPosition]] = []
         for event, position in items:
             if position.offset <= done.get(position.partition, -1):
                 continue
-            apply_one(conn, event, position)
+            todo.append((event, position))
             done[position.partition] = position.offset
+        if todo:
+            apply_all(conn, todo)
         for partition, offset in done.items():
             save_position(conn, projection, LogPosition(partition, offset))
 
@@ -234,17 +269,19 @@ def clear_positions(conn: psycopg.Connection, projection: str) -> None:
     conn.execute("DELETE FROM projection_positions WHERE projection = %s", (projection,))
 
 
+RECEIPT_SQL = (
+    "INSERT INTO erasure_receipts (request_id, store, projection, log_partition, log_offset, items_removed)"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+)
+"""One erasure receipt: (request_id, store, projection, log partition, log offset, items
+removed); the first receipt of a (request, store, projection) wins."""
+
+
 def write_receipt(
     conn: psycopg.Connection, request_id: str, store: str, projection: str, position: LogPosition, items: int
 ) -> None:
     """Record that ``store`` applied erasure ``request_id``; the first receipt wins."""
-    conn.execute(
-        """
-        INSERT INTO erasure_receipts (request_id, store, projection, log_partition, log_offset, items_removed)
-        VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
-        """,
-        (request_id, store, projection, position.partition, position.offset, items),
-    )
+    conn.execute(RECEIPT_SQL, (request_id, store, projection, position.partition, position.offset, items))
 
 
 WRITE_EVENTS = (MemoryWritten, SummaryDerived, MemoryRedacted, MemoryReinforced)
@@ -285,54 +322,61 @@ class ContentAccess:
             return self._open(c, memory_id, sealed, occurred_at)
 
     def open_many(self, items: Sequence[tuple[str, SealedText, datetime | None]]) -> list[str | None]:
-        """``open`` for several (memory_id, sealed, occurred_at) on one connection, in order."""
-        if not items:
-            return []
-        with self.pool.connection() as c:
-            gone = self.erased_among([m for m, _, _ in items], c)
-            for m in sorted(gone):
-                log.info("memory %s: content skipped: erased (tombstone)", m)
-            return [None if m in gone else self._open(c, m, sealed, at) for m, sealed, at in items]
+        """``open`` for several (memory_id, sealed, occurred_at), in order, with one
+        tombstone query and one key query (:meth:`open_items`)."""
+        opened = self.open_items([SealedItem(str(n), m, sealed, None, at) for n, (m, sealed, at) in enumerate(items)])
+        return [opened.get(str(n)).text for n in range(len(items))]
 
     def open_events(self, events: Sequence[Event], conn: psycopg.Connection | None = None) -> OpenedContent:
         """Open the text and personal fields of every write-type event of a batch
-        (``opening.SEALED_EVENTS``) with one tombstone query and one data key query for
-        the whole batch, instead of a round trip per event; other events are ignored.
-        Each event's result is what ``open`` and ``personal`` would give it: nothing of a
-        tombstoned memory (nor of a summary whose source is tombstoned, for which
-        ``erased`` names the source), nothing under a destroyed key; a key that has no
-        row yet, of an event that occurred less than ``recent_event_s`` seconds ago, is
-        waited for up to ``missing_key_wait_s`` seconds (all of the batch's together).
+        (``opening.SEALED_EVENTS``; other events are ignored): :meth:`open_items` of
+        their ``sealed_item``, by event id.
+
+        Raises:
+            psycopg.Error, EventLogError, KeyStoreError: as :meth:`open_items`.
+        """
+        return self.open_items([sealed_item(e) for e in sealed_events(events)], conn)
+
+    def open_items(self, items: Sequence[SealedItem], conn: psycopg.Connection | None = None) -> OpenedContent:
+        """Open many sealed texts and their personal fields with one tombstone query and
+        one data key query for all of them, instead of a round trip per item. Each
+        item's result (by ``ref``) is what ``open`` and ``personal`` would give it:
+        nothing of a tombstoned memory (nor of a summary whose source is tombstoned: the
+        result's ``erased`` names the tombstoned memories), nothing under a destroyed key;
+        a key that has no row yet, of an item whose event occurred less than
+        ``recent_event_s`` seconds ago, is waited for up to ``missing_key_wait_s`` seconds
+        (all of them together).
 
         Raises:
             psycopg.Error, EventLogError: a registry or the key store cannot be read (the
                 caller's batch fails and is retried).
             KeyStoreError: a data key does not open under the master key.
         """
-        writes = sealed_events(list(events))
-        if not writes:
+        if not items:
             return OpenedContent()
         with self._conn(conn) as c:
-            named = [m for e in writes for m in (e.memory_id, *_sources(e))]
-            erased = self.erased_among(named, c)
-            readable = [e for e in writes if e.memory_id not in erased]
-            keys = dict(self.keyring.load_keys(c, [k.key_id for e in readable for k in _sealed(e)]))
+            erased = self.erased_among([m for i in items for m in (i.memory_id, *i.sources)], c)
+            readable = [i for i in items if i.memory_id not in erased and erased.isdisjoint(i.sources)]
+            keys = dict(self.keyring.load_keys(c, [k.key_id for i in readable for k in i.sealed]))
             now = utc_now()
-            recent = {e.event_id for e in readable if (now - e.occurred_at).total_seconds() < self.recent_event_s}
-            awaited = {k.key_id: e.memory_id for e in readable if e.event_id in recent for k in _sealed(e)}
+            recent = {
+                i.ref
+                for i in readable
+                if i.occurred_at is None or (now - i.occurred_at).total_seconds() < self.recent_event_s
+            }
+            awaited = {k.key_id: i.memory_id for i in readable if i.ref in recent for k in i.sealed}
             missing = {k: m for k, m in awaited.items() if k not in keys}
             if missing:
                 keys.update(self._await_keys(c, missing))
         out: dict[str, Opened] = {}
-        for e in writes:
-            if e.memory_id in erased:
-                log.info("memory %s: content skipped: erased (tombstone)", e.memory_id)
-                out[e.event_id] = Opened(None)
+        for i in items:
+            if i.memory_id in erased or not erased.isdisjoint(i.sources):
+                log.info("memory %s: content skipped: erased (tombstone)", i.memory_id)
+                out[i.ref] = Opened(None)
                 continue
-            text_sealed, personal_sealed = sealed_parts(e)
-            text = self._decrypt(keys, e.memory_id, text_sealed, e.event_id in recent)
-            fields = None if text is None else self._decrypt_personal(keys, e.memory_id, personal_sealed)
-            out[e.event_id] = Opened(text, fields)
+            text = self._decrypt(keys, i.memory_id, i.text, i.ref in recent)
+            fields = None if text is None else self._decrypt_personal(keys, i.memory_id, i.personal)
+            out[i.ref] = Opened(text, fields)
         return OpenedContent(out, frozenset(erased))
 
     def _await_keys(self, conn: psycopg.Connection, missing: dict[str, str]) -> dict[str, bytes | None]:
@@ -472,13 +516,3 @@ class ContentAccess:
 def epoch_s(moment: datetime | None) -> float | None:
     """Seconds since the Unix epoch (UTC) of an aware datetime, or ``None``."""
     return None if moment is None else moment.timestamp()
-
-
-def _sealed(event: SealedEvent) -> list[SealedText]:
-    text, personal = sealed_parts(event)
-    return [text] if personal is None else [text, personal]
-
-
-def _sources(event: SealedEvent) -> tuple[str, ...]:
-    """The memories a summary restates (a summary of a tombstoned source is not stored)."""
-    return tuple(event.memory.provenance.derived_from) if isinstance(event, SummaryDerived) else ()

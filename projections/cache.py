@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool
 from contracts import Event
 from ledger.eventlog import LogPosition
 from projections import base
+from projections.opening import OpenedContent
 
 _PUT_LUA = """
 local current = redis.call('GET', KEYS[1]) or '0'
@@ -137,8 +138,9 @@ class CacheProjection(base.PositionedProjection):
         """Delete every key under this version's prefix and its positions (retiring it)."""
         self.reset()
 
-    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
-        """Invalidate each touched subject once, then store receipts and positions."""
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
+        """Invalidate each touched subject once, then store receipts and positions
+        (``opened`` is not read: the cache holds no text of its own)."""
         todo = self.pending(items)
         removed = {subject: self.cache.invalidate(subject) for subject in dict.fromkeys(e.subject_id for e, _ in todo)}
         self.commit_positions(todo, "cache", lambda e: removed.get(e.subject_id, 0))

@@ -38,6 +38,8 @@ from contracts import (
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
 from projections import base
+from projections.opening import Opened, OpenedContent, sealed_events
+from projections.sqlbatch import SqlBatch
 
 FTS_CONFIG = "english"
 
@@ -166,6 +168,7 @@ class FactsProjection(base.TransactionalProjection):
     """Postgres facts table + history. Reads ``facts_v{version}``."""
 
     name = "facts"
+    opens_content = True
 
     def __init__(self, pool: ConnectionPool, content: base.ContentAccess, version: int = 1) -> None:
         super().__init__(pool, version)
@@ -193,80 +196,86 @@ class FactsProjection(base.TransactionalProjection):
             conn.execute(f"DROP TABLE IF EXISTS {self.table}, {self.history}, {self.tables.conflicts}")
             base.clear_positions(conn, self.id)
 
-    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
+    def _apply_events(
+        self, conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]], opened: OpenedContent | None
+    ) -> None:
+        """Apply the batch: one tombstone query for its write-type events and its content
+        opened once (``opened`` when the pass opened it, else here), then every statement
+        of the batch in one pipeline, fact and history inserts folded into multi-row
+        ``INSERT``s (``projections.sqlbatch``). Every change is revision-guarded by a
+        condition on the write itself: an insert is ``ON CONFLICT DO NOTHING``, an update
+        applies only ``WHERE revision < <the event's revision>``."""
+        writes = [e for e, _ in todo if isinstance(e, base.WRITE_EVENTS)]
+        erased = self._content.erased_among([e.memory_id for e in writes], conn)
+        sealed = sealed_events([e for e in writes if e.memory_id not in erased])
+        if opened is None or not opened.covers(sealed):
+            opened = self._content.open_events(sealed, conn)
+        with SqlBatch(conn) as batch:
+            for event, position in todo:
+                self._apply_one(batch, event, position, erased, opened)
+
+    def _apply_one(
+        self, batch: SqlBatch, event: Event, position: LogPosition, erased: set[str], opened: OpenedContent
+    ) -> None:
         keep_hmac = False
-        if isinstance(event, base.WRITE_EVENTS) and self._content.erased_among([event.memory_id], conn):
+        if isinstance(event, base.WRITE_EVENTS) and event.memory_id in erased:
             pass  # tombstoned: nothing of it is stored, even if its key can still be read; history stays content-free
         elif isinstance(event, MemoryWritten):
-            keep_hmac = self._written(conn, event)
+            keep_hmac = self._written(batch, event, opened.of(event))
         elif isinstance(event, MemoryRedacted):
-            keep_hmac = self._redacted(conn, event)
+            keep_hmac = self._redacted(batch, event, opened.of(event))
         elif isinstance(event, ErasureRequested):
-            self._erased(conn, event, position)
+            self._erased(batch, event, position)
         elif isinstance(event, MemoryReinforced):
-            self._reinforced(conn, event)
+            self._reinforced(batch, event)
         elif isinstance(
             event, MemorySuperseded | MemoryConfirmed | ConflictDetected | ConsentRevoked | RetentionExpired
         ):
-            self._status(conn, event)
+            self._status(batch, event)
             if isinstance(event, ConflictDetected):
-                self._conflict(conn, event)
-        self._history(conn, event, position, keep_hmac)
+                self._conflict(batch, event)
+        self._history(batch, event, position, keep_hmac)
 
     # -- per event ----------------------------------------------------------------------
 
-    def _written(self, conn: psycopg.Connection, e: MemoryWritten) -> bool:
-        text = self._content.open(e.memory_id, e.memory.content, conn, e.occurred_at)
-        if text is None and self._content.is_tombstoned(e.memory_id, conn):
-            return False  # erased before we got here: nothing of it may be stored
-        # text None and no tombstone: a later redaction, revocation or expiry destroyed this
-        # text's key; keep the row without content or personal fields (a MemoryRedacted
-        # event further on fills them in)
-        personal = None if text is None else self._content.personal(e.memory_id, e.memory.personal, conn)
+    def _written(self, batch: SqlBatch, e: MemoryWritten, content: Opened) -> bool:
+        # text None (not tombstoned: that was checked): a later redaction, revocation or
+        # expiry destroyed this text's key; keep the row without content or personal fields
+        # (a MemoryRedacted event further on fills them in)
+        text, personal = content.text, content.personal
         m = e.memory
         status = "needs_confirmation" if m.kind == "inference" and not m.confirmed else "active"
-        conn.execute(
-            f"""
-            INSERT INTO {self.table} (memory_id, subject_id, revision, status, kind, content, content_hmac, key,
-                purpose, scope_type, scope_id, sensitivity, retention_basis, expires_at, confirmed, confidence,
-                veracity, provenance, derived_from, written_at, updated_at)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-            ON CONFLICT (memory_id) DO NOTHING
-            """,
-            (
-                e.memory_id,
-                e.subject_id,
-                e.revision,
-                status,
-                m.kind,
-                text,
-                m.content_hmac,
-                None if personal is None else personal.key,
-                m.purpose,
-                m.scope_type,
-                None if personal is None else personal.scope_id,
-                m.sensitivity,
-                m.retention.basis,
-                m.retention.expires_at,
-                m.confirmed,
-                m.confidence,
-                m.veracity,
-                Jsonb(full_provenance(m.provenance, personal)),
-                list(m.provenance.derived_from),
-                m.provenance.written_at,
-                e.occurred_at,
-            ),
+        row = (
+            e.memory_id,
+            e.subject_id,
+            e.revision,
+            status,
+            m.kind,
+            text,
+            m.content_hmac,
+            None if personal is None else personal.key,
+            m.purpose,
+            m.scope_type,
+            None if personal is None else personal.scope_id,
+            m.sensitivity,
+            m.retention.basis,
+            m.retention.expires_at,
+            m.confirmed,
+            m.confidence,
+            m.veracity,
+            Jsonb(full_provenance(m.provenance, personal)),
+            list(m.provenance.derived_from),
+            m.provenance.written_at,
+            e.occurred_at,
         )
+        batch.insert(self.table, _FACT_COLUMNS, row, e.memory_id, (e.memory_id,), "ON CONFLICT (memory_id) DO NOTHING")
         return True
 
-    def _redacted(self, conn: psycopg.Connection, e: MemoryRedacted) -> bool:
-        text = self._content.open(e.memory_id, e.content, conn, e.occurred_at)
-        if text is None and self._content.is_tombstoned(e.memory_id, conn):
-            return False
-        # text None and no tombstone: replaying a memory whose keys a later revocation,
+    def _redacted(self, batch: SqlBatch, e: MemoryRedacted, content: Opened) -> bool:
+        # text None (not tombstoned): replaying a memory whose keys a later revocation,
         # expiry or redaction destroyed; the row gets this revision without text, as live
-        personal = None if text is None else self._content.personal(e.memory_id, e.personal, conn)
-        conn.execute(
+        text, personal = content.text, content.personal
+        batch.execute(
             f"UPDATE {self.table} SET content = %s, content_hmac = %s, revision = %s, updated_at = %s,"
             " key = CASE WHEN %s THEN %s ELSE key END, scope_id = CASE WHEN %s THEN %s ELSE scope_id END,"
             " provenance = provenance || %s WHERE memory_id = %s AND revision < %s",
@@ -283,23 +292,25 @@ class FactsProjection(base.TransactionalProjection):
                 e.memory_id,
                 e.revision,
             ),
+            (e.memory_id,),
         )
         return True
 
-    def _reinforced(self, conn: psycopg.Connection, e: MemoryReinforced) -> None:
-        conn.execute(
+    def _reinforced(self, batch: SqlBatch, e: MemoryReinforced) -> None:
+        batch.execute(
             f"UPDATE {self.table} SET confidence = %s, revision = %s, updated_at = %s"
             " WHERE memory_id = %s AND revision < %s",
             (e.confidence, e.revision, e.occurred_at, e.memory_id, e.revision),
+            (e.memory_id,),
         )
 
-    def _status(self, conn: psycopg.Connection, e: Event) -> None:
+    def _status(self, batch: SqlBatch, e: Event) -> None:
         status = status_after(e)
         superseded_by = e.superseded_by if isinstance(e, MemorySuperseded) else None
         confirmed = True if isinstance(e, MemoryConfirmed) else None
         drop_content = isinstance(e, _CONTENT_GONE)
         for ref in touched_memories(e):
-            conn.execute(
+            batch.execute(
                 f"UPDATE {self.table} SET status = %s, revision = %s, updated_at = %s,"
                 " superseded_by = coalesce(%s, superseded_by), confirmed = coalesce(%s, confirmed),"
                 " content = CASE WHEN %s THEN NULL ELSE content END,"
@@ -320,34 +331,45 @@ class FactsProjection(base.TransactionalProjection):
                     ref.memory_id,
                     ref.revision,
                 ),
+                (ref.memory_id,),
             )
 
-    def _conflict(self, conn: psycopg.Connection, e: ConflictDetected) -> None:
-        conn.execute(
-            f"""
-            INSERT INTO {self.tables.conflicts} (conflict_id, subject_id, purpose, scope_type, memory_ids,
-                detected_at, event_id)
-            VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (conflict_id) DO NOTHING
-            """,
-            (
-                e.conflict_id,
-                e.subject_id,
-                e.purpose,
-                e.scope_type,
-                [r.memory_id for r in e.affected],
-                e.occurred_at,
-                e.event_id,
-            ),
+    def _conflict(self, batch: SqlBatch, e: ConflictDetected) -> None:
+        row = (
+            e.conflict_id,
+            e.subject_id,
+            e.purpose,
+            e.scope_type,
+            [r.memory_id for r in e.affected],
+            e.occurred_at,
+            e.event_id,
+        )
+        batch.insert(
+            self.tables.conflicts,
+            _CONFLICT_COLUMNS,
+            row,
+            e.conflict_id,
+            (),
+            "ON CONFLICT (conflict_id) DO NOTHING",
         )
 
-    def _erased(self, conn: psycopg.Connection, e: ErasureRequested, position: LogPosition) -> None:
+    def _erased(self, batch: SqlBatch, e: ErasureRequested, position: LogPosition) -> None:
         ids = [r.memory_id for r in e.affected]
-        removed = conn.execute(f"DELETE FROM {self.table} WHERE memory_id = ANY(%s)", (ids,)).rowcount
-        conn.execute(f"UPDATE {self.history} SET content_hmac = NULL WHERE memory_id = ANY(%s)", (ids,))
-        base.write_receipt(conn, e.request_id, "facts", self.id, position, removed)
-        base.write_receipt(conn, e.request_id, "history", self.id, position, len(ids))
+        # the receipt counts the rows the DELETE removed, in the same statement (no result
+        # is read back in the pipeline)
+        batch.execute(
+            f"WITH gone AS (DELETE FROM {self.table} WHERE memory_id = ANY(%s) RETURNING 1)"
+            " INSERT INTO erasure_receipts (request_id, store, projection, log_partition, log_offset, items_removed)"
+            " SELECT %s, 'facts', %s, %s, %s, count(*) FROM gone ON CONFLICT DO NOTHING",
+            (ids, e.request_id, self.id, position.partition, position.offset),
+            ids,
+        )
+        batch.execute(f"UPDATE {self.history} SET content_hmac = NULL WHERE memory_id = ANY(%s)", (ids,), ids)
+        batch.execute(
+            base.RECEIPT_SQL, (e.request_id, "history", self.id, position.partition, position.offset, len(ids))
+        )
 
-    def _history(self, conn: psycopg.Connection, e: Event, position: LogPosition, keep_hmac: bool) -> None:
+    def _history(self, batch: SqlBatch, e: Event, position: LogPosition, keep_hmac: bool) -> None:
         hmac = None
         if keep_hmac and isinstance(e, MemoryWritten):
             hmac = e.memory.content_hmac
@@ -355,23 +377,63 @@ class FactsProjection(base.TransactionalProjection):
             hmac = e.content_hmac
         status = status_after(e)
         for ref in touched_memories(e):
-            conn.execute(
-                f"""
-                INSERT INTO {self.history} (memory_id, revision, subject_id, event_type, event_id, status,
-                    producer, occurred_at, content_hmac, log_partition, log_offset)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
-                """,
-                (
-                    ref.memory_id,
-                    ref.revision,
-                    e.subject_id,
-                    e.type,
-                    e.event_id,
-                    status,
-                    e.producer,
-                    e.occurred_at,
-                    hmac,
-                    position.partition,
-                    position.offset,
-                ),
+            row = (
+                ref.memory_id,
+                ref.revision,
+                e.subject_id,
+                e.type,
+                e.event_id,
+                status,
+                e.producer,
+                e.occurred_at,
+                hmac,
+                position.partition,
+                position.offset,
             )
+            batch.insert(
+                self.history,
+                _HISTORY_COLUMNS,
+                row,
+                (ref.memory_id, ref.revision),
+                (ref.memory_id,),
+                "ON CONFLICT DO NOTHING",
+            )
+
+
+_FACT_COLUMNS = (
+    "memory_id",
+    "subject_id",
+    "revision",
+    "status",
+    "kind",
+    "content",
+    "content_hmac",
+    "key",
+    "purpose",
+    "scope_type",
+    "scope_id",
+    "sensitivity",
+    "retention_basis",
+    "expires_at",
+    "confirmed",
+    "confidence",
+    "veracity",
+    "provenance",
+    "derived_from",
+    "written_at",
+    "updated_at",
+)
+_HISTORY_COLUMNS = (
+    "memory_id",
+    "revision",
+    "subject_id",
+    "event_type",
+    "event_id",
+    "status",
+    "producer",
+    "occurred_at",
+    "content_hmac",
+    "log_partition",
+    "log_offset",
+)
+_CONFLICT_COLUMNS = ("conflict_id", "subject_id", "purpose", "scope_type", "memory_ids", "detected_at", "event_id")

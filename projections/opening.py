@@ -9,8 +9,9 @@ for its data keys; each text is decrypted once, whatever number of projections r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from contracts import Event, MemoryRedacted, MemoryWritten, SummaryDerived
 from contracts.memory import PersonalFields, SealedText
@@ -30,6 +31,33 @@ def sealed_parts(event: SealedEvent) -> tuple[SealedText, SealedText | None]:
 
 
 @dataclass(frozen=True)
+class SealedItem:
+    """One thing to open: ``ref`` names it in the result (an event id), ``text`` and
+    ``personal`` are sealed under ``memory_id``'s data key, ``occurred_at`` (UTC) is when
+    its event occurred (a key missing for a recent event is waited for), ``sources`` the
+    memories it restates (a summary's: it is not opened when one is tombstoned)."""
+
+    ref: str
+    memory_id: str
+    text: SealedText
+    personal: SealedText | None
+    occurred_at: datetime | None = None
+    sources: tuple[str, ...] = ()
+
+    @property
+    def sealed(self) -> list[SealedText]:
+        """Everything sealed in it: the text, then the personal fields if any."""
+        return [self.text] if self.personal is None else [self.text, self.personal]
+
+
+def sealed_item(event: SealedEvent) -> SealedItem:
+    """What to open of a write-type event (``ref`` is its event id)."""
+    text, personal = sealed_parts(event)
+    sources = tuple(event.memory.provenance.derived_from) if isinstance(event, SummaryDerived) else ()
+    return SealedItem(event.event_id, event.memory_id, text, personal, event.occurred_at, sources)
+
+
+@dataclass(frozen=True)
 class Opened:
     """One event's content: ``text`` is ``None`` when it may not be read (the memory is
     tombstoned, or its data key was destroyed or never came); ``personal`` is ``None``
@@ -42,7 +70,7 @@ class Opened:
 
 @dataclass(frozen=True)
 class OpenedContent:
-    """The opened content of a batch, by event id, and the memories the tombstone
+    """The opened content of a batch, by event id (``SealedItem.ref``), and the memories the tombstone
     registries named when it was opened (among the batch's memories and, for a summary,
     its sources).
 
@@ -62,11 +90,15 @@ class OpenedContent:
         """
         return self.by_event[event.event_id]
 
-    def covers(self, events: list[SealedEvent]) -> bool:
+    def get(self, ref: str) -> Opened:
+        """The content of the item ``ref`` (nothing readable if it was not opened here)."""
+        return self.by_event.get(ref, Opened(None))
+
+    def covers(self, events: Sequence[SealedEvent]) -> bool:
         """Whether every event of ``events`` was opened here."""
         return all(e.event_id in self.by_event for e in events)
 
 
-def sealed_events(events: list[Event]) -> list[SealedEvent]:
+def sealed_events(events: Sequence[Event]) -> list[SealedEvent]:
     """The write-type events of ``events`` (``SEALED_EVENTS``), in order."""
     return [e for e in events if isinstance(e, SEALED_EVENTS)]
