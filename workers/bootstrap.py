@@ -160,7 +160,24 @@ class VersionedStores:
         if not self.owns(v):
             raise ValueError("projection: vectors must run in the process that owns the vector index")
         assert info.embedder is not None
-        return VectorsProjection(self.pool, self.index(v), self.embedder(info.embedder.name), self._content, v)
+        embedder = self.embedder(info.embedder.name)
+        return VectorsProjection(
+            self.pool, self.index(v), embedder, self._content, v, reuse=self._reuse_for(v, embedder.model_name)
+        )
+
+    def _reuse_for(self, version: int, model: str) -> VectorIndex | None:
+        """The collection of another live vectors version (serving first) whose vectors
+        come from ``model``: a replay to a new version with the same embedder takes its
+        vectors instead of embedding every text again. ``None`` when there is none."""
+        with self.pool.connection() as conn:
+            others = [i for i in versions.live(conn, "vectors") if i.version != version]
+        for info in others:
+            if info.embedder is not None and info.embedder.model == model:
+                try:
+                    return self.index(info.version)
+                except VectorIndexError as exc:  # its owner is down: embed instead
+                    log.info("vectors_v%d: no vectors to reuse from %s: %s", version, info.id, exc)
+        return None
 
     def forget(self, name: str, version: int) -> None:
         """Drop the cached objects of a retired version (its storage is gone)."""

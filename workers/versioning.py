@@ -42,6 +42,7 @@ from projections.base import Projection
 from projections.errors import VersionError
 from projections.runner import RetryPolicy
 from projections.vector_index import VectorIndexError
+from projections.vectors import VectorsProjection, visible_positions
 from projections.versions import EmbedderSpec, VersionInfo
 from workers.bootstrap import Services, vector_query_url
 
@@ -332,7 +333,9 @@ def swap_to(
         while True:
             if projection is not None:
                 applied += svc.runner_for(projection, retry).catch_up(svc.log)
-            behind = _behind(conn, info.id, frozen)
+                while isinstance(projection, VectorsProjection) and projection.embed_pending():
+                    pass  # writes its worker queued for embedding: points before the swap
+            behind = _behind(conn, info, frozen)
             if not behind:
                 break
             if projection is not None or time.monotonic() > deadline:
@@ -347,10 +350,14 @@ def swap_to(
     return old.version, applied
 
 
-def _behind(conn: psycopg.Connection, projection_id: str, frozen: dict[int, int]) -> dict[int, int]:
-    """Partitions where ``projection_id`` has applied less than ``frozen`` (read on a
-    fresh snapshot: the caller's transaction is READ COMMITTED)."""
-    mine = base.load_positions(conn, projection_id)
+def _behind(conn: psycopg.Connection, info: VersionInfo, frozen: dict[int, int]) -> dict[int, int]:
+    """Partitions where ``info``'s version has applied less than ``frozen`` (read on a
+    fresh snapshot: the caller's transaction is READ COMMITTED); for vectors, what it has
+    applied is what has its points (none still queued for embedding)."""
+    if info.name == "vectors":
+        mine = visible_positions(conn, info.id, info.version)
+    else:
+        mine = base.load_positions(conn, info.id)
     return {p: o for p, o in frozen.items() if mine.get(p, -1) < o}
 
 

@@ -41,6 +41,7 @@ from projections.base import Projection
 from projections.erasure_lane import lane_for
 from projections.errors import VersionError
 from projections.runner import ProjectionRunner
+from projections.vectors import VectorsProjection
 from workers.bootstrap import Services, build, vector_query_url
 from workers.settings import Settings
 
@@ -217,6 +218,7 @@ def run_faust(
     runner = svc.runner_for(projection)
     lane = lane_for(svc.pool, projection)
     store_lock = threading.Lock()  # the lane and the batches take turns on the store
+    embedding = _start_embedding(projection, store_lock)
     datadir = settings.data_dir / "faust" / projection.id
     datadir.mkdir(parents=True, exist_ok=True)
     server = _maybe_serve_vectors(svc, name, version)
@@ -278,9 +280,43 @@ def run_faust(
         worker.execute_from_commandline()
     finally:
         stop_lane.set()
+        if embedding is not None:
+            embedding.set()
         if server is not None:
             server.stop()
         svc.close()
+
+
+def _start_embedding(projection: Projection, lock: threading.Lock) -> threading.Event | None:
+    """For the vectors projection: apply events in log order without embedding (writes
+    are queued: ``VectorsProjection.defer_embedding``) and embed the queue in a thread
+    of its own, so that erasures and their receipts never wait behind the embedding
+    backlog. Returns the event that stops the thread (``None`` for other projections)."""
+    if not isinstance(projection, VectorsProjection):
+        return None
+    projection.defer_embedding = True
+    stop = threading.Event()
+    threading.Thread(target=_run_embedding, args=(projection, lock, stop), daemon=True, name="embedding").start()
+    return stop
+
+
+def _run_embedding(
+    projection: VectorsProjection, lock: threading.Lock, stop: threading.Event, poll_s: float = 1.0
+) -> None:
+    """Embed ``projection``'s queued writes until ``stop`` is set: as soon as a batch
+    that queued writes commits (``projection.queued``), else every ``poll_s`` seconds; a
+    failure is logged and tried again a second later (the rows stay queued: nothing is
+    skipped)."""
+    while not stop.is_set():
+        projection.queued.clear()
+        try:
+            while projection.embed_pending(lock=lock) and not stop.is_set():
+                pass
+        except Exception as exc:  # a store is down: the queue waits, the in-order apply goes on
+            log.warning("%s: embedding failed, retrying in 1 s: %s", projection.id, exc)
+            stop.wait(1.0)
+            continue
+        projection.queued.wait(poll_s)
 
 
 def _run_lane(poll: Callable[[], None], lock: threading.Lock, stop: threading.Event, interval_s: float) -> None:
