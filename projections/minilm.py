@@ -170,6 +170,8 @@ class MiniLMEmbedder:
         batch_size: texts per onnxruntime run (texts are grouped by token length first,
             so padding is small). Does not change the vectors beyond float rounding.
         intra_op_threads: onnxruntime's intra-op thread count; 0 lets it use every core.
+            Its threads never spin-wait for work (``session.intra_op.allow_spinning``
+            0): on cores shared with other processes a spinning thread takes their time.
 
     Raises:
         ModelPackageMissingError: from the constructor, when a package is missing.
@@ -212,6 +214,8 @@ class MiniLMEmbedder:
                 options = onnxruntime.SessionOptions()
                 options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
                 options.intra_op_num_threads = self._intra_op_threads
+                options.inter_op_num_threads = 1
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 options.log_severity_level = 3
                 session = onnxruntime.InferenceSession(
                     str(self._files.model), sess_options=options, providers=["CPUExecutionProvider"]

@@ -90,7 +90,7 @@ class VersionedStores:
         """The embedder ``name`` (``build_embedder``'s argument), built once."""
         with self._lock:
             if name not in self._embedders:
-                self._embedders[name] = build_embedder(name)
+                self._embedders[name] = build_embedder(name, threads=self.settings.embedder_threads)
             return self._embedders[name]
 
     def add_embedder(self, name: str, embedder: Embedder) -> None:
