@@ -7,6 +7,7 @@ an aware datetime in another zone is converted to UTC.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -23,10 +24,16 @@ UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 _MAX_ID_BYTES = 512
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+_CONTROL_BUT_BLANKS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control characters other than tab, newline and carriage return."""
+
+
 def _identifier(value: str) -> str:
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    # a regular expression, not a loop over characters: every event decoded checks its ids
+    if _CONTROL.search(value):
         raise ValueError("must not contain control characters")
-    if len(value.encode("utf-8")) > _MAX_ID_BYTES:
+    if len(value) * 4 > _MAX_ID_BYTES and len(value.encode("utf-8")) > _MAX_ID_BYTES:  # <= 4 bytes a character
         raise ValueError(f"must be at most {_MAX_ID_BYTES} bytes in UTF-8")
     return value
 
@@ -34,7 +41,7 @@ def _identifier(value: str) -> str:
 def _text(value: str) -> str:
     if not value.strip():
         raise ValueError("must contain more than white space")
-    if any((ord(c) < 0x20 and c not in "\t\n\r") or ord(c) == 0x7F for c in value):
+    if _CONTROL_BUT_BLANKS.search(value):
         raise ValueError("must not contain control characters (tab, newline and carriage return are allowed)")
     return value
 
