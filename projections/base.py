@@ -145,11 +145,15 @@ class PositionedProjection:
     ) -> None:
         """After the store's own writes: receipts for erasures (``removed`` counts the
         items each one removed) and the positions, in one transaction."""
+        last: dict[int, int] = {}
+        for _, position in applied:
+            last[position.partition] = max(last.get(position.partition, -1), position.offset)
         with self._pool.connection() as conn, conn.transaction():
             for event, position in applied:
                 if isinstance(event, ErasureRequested):
                     write_receipt(conn, event.request_id, store, self.id, position, removed(event))
-                save_position(conn, self.id, position)
+            for partition, offset in sorted(last.items()):
+                save_position(conn, self.id, LogPosition(partition, offset))
 
 
 SHREDDING_EVENTS = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRedacted)

@@ -87,6 +87,22 @@ class RecallCache:
         """Delete every entry of the subject; returns how many keys were deleted."""
         return int(self._invalidate(keys=[self._gen_key(subject_id), self._set_key(subject_id)]))
 
+    def invalidate_many(self, subject_ids: Sequence[str]) -> dict[str, int]:
+        """``invalidate`` for each of ``subject_ids`` (each once), in one pipeline: one
+        round trip to Redis for all of them. Returns subject -> keys deleted.
+
+        Raises:
+            redis.RedisError: Redis failed (some subjects may be invalidated: it is
+                idempotent, the caller retries them all).
+        """
+        subjects = list(dict.fromkeys(subject_ids))
+        if not subjects:
+            return {}
+        pipe = self._r.pipeline(transaction=False)
+        for subject in subjects:
+            self._invalidate(keys=[self._gen_key(subject), self._set_key(subject)], client=pipe)
+        return {subject: int(n) for subject, n in zip(subjects, pipe.execute(), strict=True)}
+
     def entries(self, subject_id: str) -> list[str]:
         """Live entry keys of the subject (for probes)."""
         members = self._r.smembers(self._set_key(subject_id))
@@ -139,8 +155,9 @@ class CacheProjection(base.PositionedProjection):
         self.reset()
 
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
-        """Invalidate each touched subject once, then store receipts and positions
-        (``opened`` is not read: the cache holds no text of its own)."""
+        """Invalidate each touched subject once (one Redis pipeline for the batch), then
+        store receipts and positions in one transaction (``opened`` is not read: the
+        cache holds no text of its own)."""
         todo = self.pending(items)
-        removed = {subject: self.cache.invalidate(subject) for subject in dict.fromkeys(e.subject_id for e, _ in todo)}
+        removed = self.cache.invalidate_many([e.subject_id for e, _ in todo])
         self.commit_positions(todo, "cache", lambda e: removed.get(e.subject_id, 0))

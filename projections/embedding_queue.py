@@ -140,9 +140,16 @@ def remove(conn: psycopg.Connection, version: int, memory_ids: Sequence[str]) ->
         conn.execute(f"DELETE FROM {table_name(version)} WHERE memory_id = ANY(%s)", (list(memory_ids),))
 
 
+def _exists(conn: psycopg.Connection, version: int) -> bool:
+    return conn.execute("SELECT to_regclass(%s)", (table_name(version),)).fetchone() != (None,)
+
+
 def first_pending(conn: psycopg.Connection, version: int) -> dict[int, int]:
     """Per partition, the lowest log offset of a queued write (partitions with none are
-    absent): the projection's points are complete up to just before it."""
+    absent): the projection's points are complete up to just before it. A version whose
+    queue was never created has none."""
+    if not _exists(conn, version):
+        return {}
     rows = conn.execute(
         f"SELECT log_partition, min(log_offset) FROM {table_name(version)} GROUP BY log_partition"
     ).fetchall()
@@ -150,6 +157,8 @@ def first_pending(conn: psycopg.Connection, version: int) -> dict[int, int]:
 
 
 def count(conn: psycopg.Connection, version: int) -> int:
-    """Rows queued."""
+    """Rows queued (0 when the version's queue was never created)."""
+    if not _exists(conn, version):
+        return 0
     row = conn.execute(f"SELECT count(*) FROM {table_name(version)}").fetchone()
     return int(row[0]) if row else 0

@@ -67,9 +67,10 @@ def trace_cmd(
 
 
 def lag(as_json: JsonOpt = False) -> None:
-    """Records each projection version (building, serving, previous) has not applied yet, per partition."""
+    """Records each projection version (building, serving, previous) has not applied yet, per partition;
+    for vectors also the writes applied in log order whose vectors are still being computed (queued)."""
     with services(own_vectors=False) as svc:
-        from projections import base
+        from projections import base, embedding_queue
 
         ends = svc.log.end_offsets()
         rows = []
@@ -79,15 +80,22 @@ def lag(as_json: JsonOpt = False) -> None:
                     continue
                 done = base.load_positions(conn, info.id)
                 per = {p: max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items()}
+                queued = embedding_queue.count(conn, info.version) if info.name == "vectors" else 0
                 rows.append(
-                    {"projection": info.id, "state": info.state, "lag": sum(per.values()), "per_partition": per}
+                    {
+                        "projection": info.id,
+                        "state": info.state,
+                        "lag": sum(per.values()),
+                        "per_partition": per,
+                        "queued_for_embedding": queued,
+                    }
                 )
     emit(
         as_json,
         {"end_offsets": ends, "projections": rows},
         lambda: "\n".join(
-            [f"{'projection':<14} {'state':<9} {'lag':>8}"]
-            + [f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8}" for r in rows]
+            [f"{'projection':<14} {'state':<9} {'lag':>8} {'queued':>8}"]
+            + [f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8} {r['queued_for_embedding']:>8}" for r in rows]
         ),
     )
 
