@@ -39,15 +39,10 @@ projection still holds it. Differences on such memories are listed as ``pending`
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal
 
 import psycopg
@@ -68,71 +63,54 @@ from ledger.crypto import Keyring
 from ledger.eventlog import EventLog, LogPosition
 from projections import base
 from projections.base import ContentAccess, PositionedProjection
+from projections.comparison import (
+    VECTOR_COSINE_MIN,
+    Difference,
+    TableSpec,
+    compare_points,
+    compare_rows,
+    cosine,
+    render_value,
+    tables_of,
+)
 from projections.embedding import Embedder
-from projections.errors import ProjectionError
-from projections.facts import FactsProjection, FactsTables
+from projections.errors import VerifyError
+from projections.facts import FactsProjection
 from projections.facts import schema_sql as facts_schema_sql
 from projections.summaries import SummariesProjection
 from projections.summaries import schema_sql as summaries_schema_sql
 from projections.vector_index import VectorIndex, VectorPoint
 from projections.wording import counted
 
+__all__ = [
+    "VECTOR_COSINE_MIN",
+    "VERIFIABLE",
+    "Difference",
+    "FoldStats",
+    "TableSpec",
+    "VerifyError",
+    "VerifyReport",
+    "compare_points",
+    "compare_rows",
+    "cosine",
+    "destroyed_after",
+    "fold",
+    "render_value",
+    "subject_checksums",
+    "subject_rows",
+    "tables_of",
+    "verify_postgres",
+    "verify_vectors",
+]
+
 VERIFIABLE = ("facts", "summaries", "vectors")
 """The projections ``verify`` can check."""
-
-VECTOR_COSINE_MIN = 0.9999
-"""Live and folded vectors of a point with a lower cosine similarity differ."""
-
-VALUE_CHARS = 80
-"""Longest rendering of a value in a difference (longer ones are cut, with ``…``)."""
-
-CONTENT_COLUMNS = frozenset({"content"})
-"""Columns holding memory text: fingerprinted, never printed."""
 
 _KEY_DESTROYING = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRedacted)
 """Events whose appending destroyed a data key (or tombstoned the memory)."""
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``."""
-
-
-class VerifyError(ProjectionError):
-    """``verify`` could not run (unknown projection, scratch target not isolated)."""
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One difference between the live projection and the fold.
-
-    Attributes:
-        table: the table (or vector collection) holding it.
-        subject_id: whose row it is.
-        key: the row's key: ``memory_id``, ``memory_id@revision`` (history) or ``conflict_id``.
-        memory_id: the memory concerned, or ``None`` (a conflict row).
-        column: the column or payload field, ``"(row)"`` when the row exists on one side
-            only, ``"vector"`` for a vector.
-        live: the live value, rendered (``None``: absent).
-        fold: the folded value, rendered (``None``: absent).
-    """
-
-    table: str
-    subject_id: str
-    key: str
-    memory_id: str | None
-    column: str
-    live: str | None
-    fold: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "subject_id": self.subject_id,
-            "key": self.key,
-            "memory_id": self.memory_id,
-            "column": self.column,
-            "live": self.live,
-            "fold": self.fold,
-        }
 
 
 @dataclass
@@ -206,18 +184,6 @@ class VerifyReport:
             )
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
-
-
-def render_value(column: str, value: Any) -> str | None:
-    """A difference's value as text: ``None`` stays ``None``; memory text becomes
-    ``sha256:<12 hex> (<n> chars)``; anything else is compact JSON cut to ``VALUE_CHARS``."""
-    if value is None:
-        return None
-    if column in CONTENT_COLUMNS:
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        return f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]} ({len(text)} chars)"
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
 # -- the fold ------------------------------------------------------------------------------
@@ -300,39 +266,6 @@ def destroyed_after(log: EventLog, positions: Mapping[int, int], batch: int = 50
 # -- Postgres projections ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TableSpec:
-    """A table to compare: its name and key columns (each row has a ``subject_id``)."""
-
-    name: str
-    keys: tuple[str, ...]
-
-    def key_of(self, row: Mapping[str, Any]) -> str:
-        return "@".join(str(row[k]) for k in self.keys)
-
-    def memory_of(self, row: Mapping[str, Any]) -> str | None:
-        value = row.get("memory_id")
-        return None if value is None else str(value)
-
-
-def tables_of(name: str, version: int) -> tuple[TableSpec, ...]:
-    """The tables of Postgres projection ``name`` at ``version``.
-
-    Raises:
-        VerifyError: ``name`` is not a Postgres projection verify knows.
-    """
-    if name == "facts":
-        t = FactsTables(version)
-        return (
-            TableSpec(t.facts, ("memory_id",)),
-            TableSpec(t.history, ("memory_id", "revision")),
-            TableSpec(t.conflicts, ("conflict_id",)),
-        )
-    if name == "summaries":
-        return (TableSpec(f"summaries_v{version}", ("memory_id",)),)
-    raise VerifyError(f"projection: {name!r} is not a Postgres projection (facts or summaries)")
-
-
 def _ddl(name: str, version: int) -> str:
     return facts_schema_sql(version) if name == "facts" else summaries_schema_sql(version)
 
@@ -364,42 +297,6 @@ def subject_rows(
     out: dict[str, dict[str, Any]] = {}
     for (row,) in conn.execute(query, (list(subjects),)):
         out[spec.key_of(row)] = row
-    return out
-
-
-def compare_rows(
-    table: str,
-    live: Mapping[str, Mapping[str, Any]],
-    folded: Mapping[str, Mapping[str, Any]],
-    spec: TableSpec | None = None,
-) -> list[Difference]:
-    """Every difference between two ``{key: row}`` maps: rows on one side only (column
-    ``(row)``), then differing columns of rows on both, in key and column order."""
-    out: list[Difference] = []
-    for key in sorted(set(live) | set(folded)):
-        a, b = live.get(key), folded.get(key)
-        row = a if a is not None else b
-        assert row is not None
-        subject = str(row.get("subject_id"))
-        memory = spec.memory_of(row) if spec else (str(row["memory_id"]) if row.get("memory_id") else None)
-        if a is None or b is None:
-            out.append(
-                Difference(table, subject, key, memory, "(row)", "present" if a else None, "present" if b else None)
-            )
-            continue
-        for column in sorted(set(a) | set(b)):
-            if a.get(column) != b.get(column):
-                out.append(
-                    Difference(
-                        table,
-                        subject,
-                        key,
-                        memory,
-                        column,
-                        render_value(column, a.get(column)),
-                        render_value(column, b.get(column)),
-                    )
-                )
     return out
 
 
@@ -538,57 +435,6 @@ def _all_points(index: VectorIndex, batch: int = 256) -> dict[str, VectorPoint]:
     for i in range(0, len(ids), batch):
         out.update(index.retrieve(ids[i : i + batch]))
     return out
-
-
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine similarity of two vectors (0.0 if either is zero or their lengths differ)."""
-    if len(a) != len(b):
-        return 0.0
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(x * x for x in b))
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb)
-
-
-def _payload_checksums(points: Mapping[str, VectorPoint]) -> dict[str, str]:
-    by_subject: dict[str, list[str]] = defaultdict(list)
-    for memory_id, point in sorted(points.items()):
-        by_subject[str(point.payload.get("subject_id"))].append(
-            json.dumps([memory_id, dict(point.payload)], sort_keys=True, default=str)
-        )
-    return {s: hashlib.md5("\n".join(rows).encode()).hexdigest() for s, rows in by_subject.items()}
-
-
-def compare_points(
-    collection: str, live: Mapping[str, VectorPoint], folded: Mapping[str, VectorPoint]
-) -> tuple[set[str], list[Difference]]:
-    """Subjects whose payload checksums differ, and every difference: points on one side
-    only, differing payload fields, and vectors with cosine below ``VECTOR_COSINE_MIN``
-    (every point on both sides is checked, whatever the checksums say)."""
-    a_sums, b_sums = _payload_checksums(live), _payload_checksums(folded)
-    differing = {s for s in set(a_sums) | set(b_sums) if a_sums.get(s) != b_sums.get(s)}
-    out: list[Difference] = []
-    for memory_id in sorted(set(live) | set(folded)):
-        a, b = live.get(memory_id), folded.get(memory_id)
-        point = a if a is not None else b
-        assert point is not None
-        subject = str(point.payload.get("subject_id"))
-        differ = partial(Difference, collection, subject, memory_id, memory_id)  # + column, live, fold
-        if a is None or b is None:
-            out.append(differ("(row)", "present" if a else None, "present" if b else None))
-            continue
-        if subject in differing:
-            out += [
-                differ(column, render_value(column, a.payload.get(column)), render_value(column, b.payload.get(column)))
-                for column in sorted(set(a.payload) | set(b.payload))
-                if a.payload.get(column) != b.payload.get(column)
-            ]
-        similarity = cosine(a.vector, b.vector)
-        if similarity < VECTOR_COSINE_MIN:
-            differing.add(subject)
-            out.append(differ("vector", f"cosine {similarity:.6f}", "reference"))
-    return differing, out
 
 
 def verify_vectors(
