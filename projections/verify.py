@@ -61,7 +61,7 @@ from contracts import (
 )
 from ledger.crypto import Keyring
 from ledger.eventlog import EventLog, LogPosition
-from projections import base
+from projections import base, marks
 from projections.base import ContentAccess, PositionedProjection
 from projections.comparison import (
     VECTOR_COSINE_MIN,
@@ -105,6 +105,10 @@ __all__ = [
 
 VERIFIABLE = ("facts", "summaries", "vectors")
 """The projections ``verify`` can check."""
+
+BOOKKEEPING = ("projection_positions", "erasure_receipts", "revision_marks")
+"""The shared tables a fold writes (its positions, receipts and revision marks): the
+scratch schema must hold its own."""
 
 _KEY_DESTROYING = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRedacted)
 """Events whose appending destroyed a data key (or tombstoned the memory)."""
@@ -386,12 +390,10 @@ def verify_postgres(
             report = VerifyReport(projection_id, positions)
             with scratch_schema(pool) as (schema, scratch):
                 with scratch.connection() as conn:
-                    conn.execute(base.SCHEMA_SQL)
+                    conn.execute(base.SCHEMA_SQL + marks.SCHEMA_SQL)
                     conn.execute(_ddl(name, version))
                     conn.commit()
-                _require_isolated(
-                    scratch, schema, ["projection_positions", "erasure_receipts", *(s.name for s in specs)]
-                )
+                _require_isolated(scratch, schema, [*BOOKKEEPING, *(s.name for s in specs)])
                 content = ContentAccess(scratch, keyring)
                 projection: PositionedProjection = (
                     FactsProjection(scratch, content, version)
@@ -472,9 +474,9 @@ def verify_vectors(
     try:
         with scratch_schema(pool) as (schema, scratch):
             with scratch.connection() as conn:
-                conn.execute(base.SCHEMA_SQL)
+                conn.execute(base.SCHEMA_SQL + marks.SCHEMA_SQL)
                 conn.commit()
-            _require_isolated(scratch, schema, ["projection_positions", "erasure_receipts"])
+            _require_isolated(scratch, schema, BOOKKEEPING)
             projection = VectorsProjection(scratch, scratch_index, embedder, ContentAccess(scratch, keyring), version)
             stats = fold(log, projection, positions, progress=progress)
         folded = _all_points(scratch_index)
