@@ -4,8 +4,13 @@ column.
 
 Every event is applied in one transaction together with the projection's position, so
 a record is applied exactly once however often it is delivered. Changes are
-revision-guarded: an event whose revision is not newer than the row's changes nothing.
-Summaries live in the summaries projection, not here.
+revision-guarded (``projections.marks``): the history holds one row per memory and
+revision applied, and outlives the memory's row, so it is this store's revision mark;
+an event changes a memory only if its revision is newer than the memory's last one in
+the history, so a copy of an older event (a duplicate in the log at a later offset, a
+``MemoryWritten`` after the memory's erasure) changes nothing, not even the history or
+the conflicts. An erasure's deletions always apply. Summaries live in the summaries
+projection, not here.
 
 Text that may no longer be read is not kept: a revoked or expired memory's row keeps its
 metadata with ``content`` NULL, exactly as a replay (where the ledger has destroyed its
@@ -15,6 +20,7 @@ log is equal to the live table row for row (invariant 8).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -28,6 +34,7 @@ from contracts import (
     Event,
     MemoryConfirmed,
     MemoryRedacted,
+    MemoryRef,
     MemoryReinforced,
     MemorySuperseded,
     MemoryWritten,
@@ -37,7 +44,8 @@ from contracts import (
 )
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
-from projections import base
+from projections import base, marks
+from projections.marks import status_after
 
 FTS_CONFIG = "english"
 
@@ -135,24 +143,6 @@ CREATE INDEX IF NOT EXISTS facts_conflicts_v{version}_members ON facts_conflicts
 """
 
 
-_STATUS_BY_EVENT = {
-    "MemorySuperseded": "superseded",
-    "MemoryConfirmed": "active",
-    "ConflictDetected": "needs_confirmation",
-    "ConsentRevoked": "revoked",
-    "RetentionExpired": "expired",
-    "ErasureRequested": "erased",
-}
-
-
-def status_after(event: Event) -> str | None:
-    """The status the memories ``event`` touches have after it, or ``None`` when the
-    event leaves the status as it is (a write, reinforcement or redaction)."""
-    if isinstance(event, RetentionExpired) and event.reason == "consent_grace":
-        return "revoked"  # the grace for keeping a revoked memory's content ended
-    return _STATUS_BY_EVENT.get(event.type)
-
-
 _CONTENT_GONE = (ConsentRevoked, RetentionExpired)
 """Events after which a memory's text and personal fields (key, scope id, provenance
 references) must not be readable in facts: a replay cannot read them either once the
@@ -194,6 +184,9 @@ class FactsProjection(base.TransactionalProjection):
             base.clear_positions(conn, self.id)
 
     def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
+        fresh = self._fresh(conn, event)
+        if not marks.applies(event, fresh):
+            return  # applied already (a duplicate, or an older event after a newer one)
         keep_hmac = False
         if isinstance(event, base.WRITE_EVENTS) and self._content.erased_among([event.memory_id], conn):
             pass  # tombstoned: nothing of it is stored, even if its key can still be read; history stays content-free
@@ -208,10 +201,24 @@ class FactsProjection(base.TransactionalProjection):
         elif isinstance(
             event, MemorySuperseded | MemoryConfirmed | ConflictDetected | ConsentRevoked | RetentionExpired
         ):
-            self._status(conn, event)
+            self._status(conn, event, fresh)
             if isinstance(event, ConflictDetected):
                 self._conflict(conn, event)
-        self._history(conn, event, position, keep_hmac)
+        self._history(conn, event, position, keep_hmac, fresh)
+
+    def _fresh(self, conn: psycopg.Connection, event: Event) -> tuple[MemoryRef, ...]:
+        """The (memory, revision) pairs of ``event`` newer than the memory's mark: the
+        history's last revision of it (one history row per memory and revision applied,
+        kept after the row is erased, so it is the facts store's revision mark)."""
+        refs = touched_memories(event)
+        applied = {
+            str(m): int(r)
+            for m, r in conn.execute(
+                f"SELECT memory_id, max(revision) FROM {self.history} WHERE memory_id = ANY(%s) GROUP BY memory_id",
+                ([r.memory_id for r in refs],),
+            )
+        }
+        return tuple(r for r in refs if r.revision > applied.get(r.memory_id, 0))
 
     # -- per event ----------------------------------------------------------------------
 
@@ -293,12 +300,12 @@ class FactsProjection(base.TransactionalProjection):
             (e.confidence, e.revision, e.occurred_at, e.memory_id, e.revision),
         )
 
-    def _status(self, conn: psycopg.Connection, e: Event) -> None:
+    def _status(self, conn: psycopg.Connection, e: Event, fresh: Sequence[MemoryRef]) -> None:
         status = status_after(e)
         superseded_by = e.superseded_by if isinstance(e, MemorySuperseded) else None
         confirmed = True if isinstance(e, MemoryConfirmed) else None
         drop_content = isinstance(e, _CONTENT_GONE)
-        for ref in touched_memories(e):
+        for ref in fresh:
             conn.execute(
                 f"UPDATE {self.table} SET status = %s, revision = %s, updated_at = %s,"
                 " superseded_by = coalesce(%s, superseded_by), confirmed = coalesce(%s, confirmed),"
@@ -347,14 +354,16 @@ class FactsProjection(base.TransactionalProjection):
         base.write_receipt(conn, e.request_id, "facts", self.id, position, removed)
         base.write_receipt(conn, e.request_id, "history", self.id, position, len(ids))
 
-    def _history(self, conn: psycopg.Connection, e: Event, position: LogPosition, keep_hmac: bool) -> None:
+    def _history(
+        self, conn: psycopg.Connection, e: Event, position: LogPosition, keep_hmac: bool, fresh: Sequence[MemoryRef]
+    ) -> None:
         hmac = None
         if keep_hmac and isinstance(e, MemoryWritten):
             hmac = e.memory.content_hmac
         elif keep_hmac and isinstance(e, MemoryRedacted):
             hmac = e.content_hmac
         status = status_after(e)
-        for ref in touched_memories(e):
+        for ref in fresh:
             conn.execute(
                 f"""
                 INSERT INTO {self.history} (memory_id, revision, subject_id, event_type, event_id, status,
