@@ -2,8 +2,12 @@
 the payload recall filters on (subject, purpose, scope, status, kind, expires_at),
 its revision and the embedding model that made the vector.
 
-Writes are idempotent and revision-guarded: a point is (re)written only when the event's
-revision is newer than the point's; the position is stored after the index write.
+Writes are idempotent and revision-guarded: an event changes a memory's point only when
+its revision is newer than the memory's revision mark (``projections.marks``, kept in
+Postgres for every memory the projection has seen, also after its point is gone), and a
+point is (re)written only over an older one. The index writes come first; the marks,
+receipts and positions are stored after them in one Postgres transaction, so a crash in
+between applies the same writes again (DESIGN.md, invariant 2).
 A memory that stops being usable (superseded, revoked, expired, erased) loses its point;
 one in a detected conflict keeps it with status ``needs_confirmation`` (so recall's status
 filter leaves it out unless unconfirmed memories are asked for), and a reinforcement only
@@ -30,6 +34,7 @@ from contracts import (
     Event,
     MemoryConfirmed,
     MemoryRedacted,
+    MemoryRef,
     MemoryReinforced,
     MemorySuperseded,
     MemoryWritten,
@@ -39,7 +44,7 @@ from contracts import (
     touched_memories,
 )
 from ledger.eventlog import LogPosition
-from projections import base
+from projections import base, marks
 from projections.embedding import Embedder
 from projections.vector_index import VectorIndex, VectorIndexUnreachableError, VectorPoint
 
@@ -107,21 +112,35 @@ class VectorsProjection(base.PositionedProjection):
 
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
         """Apply events in log order, embedding their texts in one batch; then write
-        erasure receipts and store the positions (after the index writes)."""
+        erasure receipts, the revision marks and the positions (after the index writes)."""
         todo = self.pending(items)
         if todo:
-            self.apply_many([e for e, _ in todo])
-            self.commit_positions(todo, "vectors", lambda e: len(e.affected))
+            with self._pool.connection() as conn:
+                book = marks.load_book(conn, self.id, [e for e, _ in todo])
+            self.apply_many([e for e, _ in todo], book)
+            self.commit_positions(todo, "vectors", lambda e: len(e.affected), book.changed())
 
-    def apply_many(self, events: list[Event]) -> None:
-        """Apply events to the index without touching positions: write-type events of
-        tombstoned memories are dropped first (``base.WRITE_EVENTS``), texts are opened and
-        embedded in one batch, current points read once, then writes go in log order.
-        The collection is ensured first if the index was down when this was built."""
+    def apply_many(self, events: list[Event], book: marks.MarkBook) -> None:
+        """Apply events to the index without touching positions or stored marks.
+
+        Each event changes only the memories it is newer for than their marks in
+        ``book`` (advanced here as events apply; the caller saves them after the index
+        writes): an older event delivered again, a ``MemoryWritten`` after the memory's
+        supersession for instance, writes nothing. An erasure's deletions always apply.
+        Write-type events of tombstoned memories are dropped (``base.WRITE_EVENTS``),
+        texts are opened and embedded in one batch, current points read once, then
+        writes go in log order. The collection is ensured first if the index was down
+        when this was built."""
         self._ensure_collection()
-        erased = self._content.erased_among([e.memory_id for e in events if isinstance(e, base.WRITE_EVENTS)])
-        events = [e for e in events if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
-        writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted)]
+        plan: list[tuple[Event, tuple[MemoryRef, ...]]] = []
+        for e in events:
+            fresh = book.fresh(e)
+            if marks.applies(e, fresh):
+                plan.append((e, fresh))
+                book.advance(e, fresh)
+        erased = self._content.erased_among([e.memory_id for e, _ in plan if isinstance(e, base.WRITE_EVENTS)])
+        plan = [(e, f) for e, f in plan if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
+        writes = [e for e, _ in plan if isinstance(e, MemoryWritten | MemoryRedacted)]
         sealed = [
             (w.memory_id, w.memory.content if isinstance(w, MemoryWritten) else w.content, w.occurred_at)
             for w in writes
@@ -131,9 +150,9 @@ class VectorsProjection(base.PositionedProjection):
         personal = self._personal([w for w in writes if w.event_id in texts])
         texts = {k: t for k, t in texts.items() if k in personal}
         vectors = dict(zip(texts, self._embedder.embed(list(texts.values())), strict=True))
-        ids = list(dict.fromkeys(r.memory_id for e in events for r in touched_memories(e)))
+        ids = list(dict.fromkeys(r.memory_id for e, _ in plan for r in touched_memories(e)))
         current = {m: dict(p.payload) for m, p in self._index.retrieve(ids).items()} if ids else {}
-        for e in events:
+        for e, fresh in plan:
             if isinstance(e, SummaryDerived):
                 continue
             if isinstance(e, MemoryWritten | MemoryRedacted):
@@ -144,10 +163,10 @@ class VectorsProjection(base.PositionedProjection):
             elif isinstance(e, MemoryReinforced):
                 self._update(e.memory_id, e.revision, {}, current, confidence=e.confidence)
             elif isinstance(e, ConflictDetected):
-                for ref in e.affected:
+                for ref in fresh:
                     self._update(ref.memory_id, ref.revision, {"status": "needs_confirmation"}, current)
             elif isinstance(e, MemorySuperseded | ConsentRevoked | RetentionExpired | ErasureRequested):
-                gone = [r.memory_id for r in touched_memories(e)]
+                gone = [r.memory_id for r in (touched_memories(e) if isinstance(e, ErasureRequested) else fresh)]
                 self._index.delete(gone)
                 for m in gone:
                     current.pop(m, None)
