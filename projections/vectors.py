@@ -249,9 +249,12 @@ class VectorsProjection(base.PositionedProjection):
         if isinstance(e, MemoryRedacted):
             if existing is not None:
                 payload = existing | {"revision": e.revision, "content_hmac": e.content_hmac}
-            elif e.state is not None and e.state.status in ("active", "needs_confirmation"):
+            elif (
+                e.state is not None and e.state.status in ("active", "needs_confirmation") and e.state.kind != "summary"
+            ):
                 # replaying: the original text's key was destroyed by this redaction, so
-                # the point is built from the state the event carries
+                # the point is built from the state the event carries (a summary has none:
+                # it lives in the summaries store)
                 payload = self._payload(
                     e.memory_id,
                     e.subject_id,
