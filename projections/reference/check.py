@@ -6,17 +6,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
 
+from contracts import Event
+from ledger.crypto import Keyring
+from ledger.eventlog import LogPosition
 from projections.comparison import Difference, TableSpec, compare_points, compare_rows, tables_of
 from projections.embedding import Embedder
 from projections.reference.fold import ReferenceFold, Row
+from projections.reference.readable import Readable, read_sealed
 from projections.vector_index import VectorIndex, VectorPoint
 
 GENERATED_COLUMNS = frozenset({"tsv"})
@@ -105,3 +110,53 @@ def compare_vectors(
     reference's (ids, every payload field, vectors by cosine)."""
     differing, found = compare_points(collection, live, expected)
     return differing, [replace(d, against="reference") for d in found]
+
+
+MARKS = TableSpec("revision_marks", ("memory_id",))
+"""The revision marks of one projection (``projections.marks``), keyed by memory."""
+
+
+def expected_marks(fold: ReferenceFold, subjects: Sequence[str] | None = None) -> dict[str, Row]:
+    """The marks the reference expects every store to keep (of ``subjects``, when given)."""
+    return {
+        m: {"memory_id": m, "subject_id": k.subject_id, "revision": k.revision, "status": k.status}
+        for m, k in fold.marks.items()
+        if subjects is None or k.subject_id in subjects
+    }
+
+
+def live_marks(conn: psycopg.Connection, projection: str, subjects: Sequence[str] | None = None) -> dict[str, Row]:
+    """The marks ``projection`` keeps in ``revision_marks`` (of ``subjects``, when given)."""
+    query = "SELECT memory_id, subject_id, revision, status FROM revision_marks WHERE projection = %s"
+    params: tuple[Any, ...] = (projection,)
+    if subjects is not None:
+        query += " AND subject_id = ANY(%s)"
+        params += (list(subjects),)
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(query, params)
+        return {str(r["memory_id"]): dict(r) for r in cur.fetchall()}
+
+
+def compare_marks(projection: str, live: Mapping[str, Row], expected: Mapping[str, Row]) -> list[Difference]:
+    """Every difference between a store's marks and the reference's."""
+    found = compare_rows(f"revision_marks[{projection}]", live, expected, MARKS)
+    return [replace(d, against="reference") for d in found]
+
+
+class ReferenceFeed:
+    """A reference fold fed a batch at a time (``projections.verify.fold``'s ``observe``):
+    the sealed fields of each batch are opened with today's keys through ``pool`` and
+    ``keyring``, and its tombstones looked up with ``erased_among``, before it is folded."""
+
+    def __init__(
+        self, pool: ConnectionPool, keyring: Keyring, erased_among: Callable[[Sequence[str]], set[str]]
+    ) -> None:
+        self.fold = ReferenceFold(Readable())
+        self._pool = pool
+        self._keyring = keyring
+        self._erased_among = erased_among
+
+    def __call__(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
+        with self._pool.connection() as conn:
+            self.fold.readable.extend(read_sealed(conn, self._keyring, [e for e, _ in items], self._erased_among))
+        self.fold.fold(items)

@@ -24,7 +24,9 @@ conflict, no invalidation). An erasure is the exception: its removals always app
 ``MemorySuperseded`` ``superseded``; ``MemoryConfirmed`` ``active``;
 ``ConflictDetected`` ``needs_confirmation``; ``ConsentRevoked`` ``revoked``;
 ``RetentionExpired`` ``expired`` (``revoked`` for reason ``consent_grace``);
-``ErasureRequested`` ``erased``; ``MemoryReinforced`` and ``MemoryRedacted`` leave it.
+``ErasureRequested`` ``erased``; ``MemoryRedacted`` the status its ``state`` records
+(the memory's when it was redacted; as it was when it records none);
+``MemoryReinforced`` leaves it.
 
 **A memory is readable** when it is not tombstoned and the sealed text of its last write
 or redaction opens; its personal fields (key, scope id, references) are read only then.
@@ -213,10 +215,10 @@ class ReferenceFold:
             return "erased"
         if isinstance(event, RetentionExpired):
             return "revoked" if event.reason == "consent_grace" else "expired"
-        previous = self.marks.get(memory_id)  # reinforced, redacted: as it was
-        if previous is not None:
-            return previous.status
-        return event.state.status if isinstance(event, MemoryRedacted) and event.state is not None else None
+        if isinstance(event, MemoryRedacted) and event.state is not None:
+            return event.state.status  # the memory's status when it was redacted
+        previous = self.marks.get(memory_id)  # reinforced: as it was
+        return None if previous is None else previous.status
 
     def _tombstoned(self, *memory_ids: str) -> bool:
         return any(m in self.readable.tombstoned for m in memory_ids)
@@ -286,8 +288,7 @@ class ReferenceFold:
         memory = self._memories.get(e.memory_id)
         if memory is not None and personal is not None:
             memory.scope_id = personal.scope_id
-        mark = self.marks.get(e.memory_id)
-        status = mark.status if mark is not None else None if e.state is None else e.state.status
+        status = self._status_after(e, e.memory_id)
         kind = memory.body.kind if memory is not None else None if e.state is None else e.state.kind
         if text is not None and personal is not None and kind not in (None, "summary") and status in USABLE:
             assert status is not None

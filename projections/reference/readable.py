@@ -11,7 +11,7 @@ time of the call, so a fold over an old part of the log sees what a replay would
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -33,7 +33,7 @@ from ledger.errors import CorruptContentError
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Readable:
     """Sealed fields in clear, and the tombstoned memory ids.
 
@@ -44,9 +44,15 @@ class Readable:
         tombstoned: memory ids the tombstone registry names (erased).
     """
 
-    texts: Mapping[SealedText, str | None] = field(default_factory=dict)
-    personal: Mapping[SealedText, PersonalFields | None] = field(default_factory=dict)
-    tombstoned: frozenset[str] = frozenset()
+    texts: dict[SealedText, str | None] = field(default_factory=dict)
+    personal: dict[SealedText, PersonalFields | None] = field(default_factory=dict)
+    tombstoned: set[str] = field(default_factory=set)
+
+    def extend(self, other: Readable) -> None:
+        """Add what ``other`` read (for a fold that reads the log a batch at a time)."""
+        self.texts.update(other.texts)
+        self.personal.update(other.personal)
+        self.tombstoned |= other.tombstoned
 
     def text(self, sealed: SealedText) -> str | None:
         """The clear text of ``sealed``, or ``None``."""
@@ -80,7 +86,7 @@ def read_sealed(
     erased_among: Callable[[Sequence[str]], set[str]],
 ) -> Readable:
     """Open every sealed field of ``events`` with today's keys and look up which of their
-    memories are tombstoned (``erased_among``, e.g. ``ContentAccess.erased_among``: the
+    memories (and of a summary's sources) are tombstoned (``erased_among``, e.g. ``ContentAccess.erased_among``: the
     table and, in the distributed mode, the topic).
 
     Raises:
@@ -98,8 +104,10 @@ def read_sealed(
         except ValidationError as exc:
             log.error("reference: personal fields under key %s do not parse: %s", sealed.key_id, exc)
             personal[sealed] = None
-    ids = list(dict.fromkeys(r.memory_id for e in events for r in touched_memories(e)))
-    return Readable(texts, personal, frozenset(erased_among(ids)) if ids else frozenset())
+    ids = [r.memory_id for e in events for r in touched_memories(e)]
+    ids += [m for e in events if isinstance(e, SummaryDerived) for m in e.memory.provenance.derived_from]
+    ids = list(dict.fromkeys(ids))
+    return Readable(texts, personal, set(erased_among(ids)) if ids else set())
 
 
 def _open(conn: psycopg.Connection, keyring: Keyring, sealed: SealedText, context: str | None) -> str | None:
