@@ -77,6 +77,18 @@ from projections.embedding import Embedder
 from projections.errors import VerifyError
 from projections.facts import FactsProjection
 from projections.facts import schema_sql as facts_schema_sql
+from projections.reference.check import (
+    MARKS,
+    ReferenceFeed,
+    compare_marks,
+    compare_tables,
+    compare_vectors,
+    expected_marks,
+    expected_points,
+    expected_tables,
+    live_marks,
+    live_tables,
+)
 from projections.summaries import SummariesProjection
 from projections.summaries import schema_sql as summaries_schema_sql
 from projections.vector_index import VectorIndex, VectorPoint
@@ -129,9 +141,13 @@ class VerifyReport:
         subjects: subjects seen on either side.
         subjects_differing: subjects whose checksums differ.
         rows_compared: rows (or points) compared, live and fold together.
-        differences: every difference not explained by a pending event.
+        differences: every difference from the fold not explained by a pending event.
         pending: differences on memories whose key an event after the projection's
             position destroyed (the projection is behind; not counted as a failure).
+        reference_differences: every difference from the reference fold
+            (``projections.reference``: the specification, sharing no apply code with the
+            projection) not explained by a pending event; ``against="reference"``.
+        reference_pending: the reference's differences on such pending memories.
         compared: what was compared, in words.
         warnings: e.g. the live projection moved during the check.
     """
@@ -145,13 +161,16 @@ class VerifyReport:
     rows_compared: int = 0
     differences: list[Difference] = field(default_factory=list)
     pending: list[Difference] = field(default_factory=list)
+    reference_differences: list[Difference] = field(default_factory=list)
+    reference_pending: list[Difference] = field(default_factory=list)
     compared: str = ""
     warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when the live projection equals the fold (pending differences aside)."""
-        return not self.differences
+        """True when the live projection equals the fold and the reference (pending
+        differences aside)."""
+        return not self.differences and not self.reference_differences
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -165,6 +184,8 @@ class VerifyReport:
             "rows_compared": self.rows_compared,
             "differences": [d.to_dict() for d in self.differences],
             "pending": [d.to_dict() for d in self.pending],
+            "reference_differences": [d.to_dict() for d in self.reference_differences],
+            "reference_pending": [d.to_dict() for d in self.reference_pending],
             "compared": self.compared,
             "warnings": self.warnings,
         }
@@ -172,18 +193,20 @@ class VerifyReport:
     def render(self) -> str:
         """Human-readable lines: the verdict, then one line per difference."""
         at = ", ".join(f"p{p}@{o}" for p, o in sorted(self.positions.items())) or "nothing applied"
-        verdict = "OK" if self.ok else counted(len(self.differences), "difference")
+        verdict = "OK" if self.ok else counted(len(self.differences) + len(self.reference_differences), "difference")
         lines = [
             f"{self.projection}: {verdict}; folded {counted(self.events_folded, 'event')} up to {at}"
             f" ({self.records_skipped} skipped as dead letters); {counted(self.subjects, 'subject')},"
             f" {self.subjects_differing} differing; {counted(self.rows_compared, 'row')} compared",
             f"  compared: {self.compared}",
         ]
-        for d in self.differences:
-            lines.append(f"  DIFF {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | fold {d.fold}")
-        for d in self.pending:
+        for d in (*self.differences, *self.reference_differences):
             lines.append(
-                f"  pending {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | fold {d.fold}"
+                f"  DIFF {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | {d.against} {d.fold}"
+            )
+        for d in (*self.pending, *self.reference_pending):
+            lines.append(
+                f"  pending {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | {d.against} {d.fold}"
                 " (a later event the projection has not applied destroyed this memory's key)"
             )
         lines += [f"  warning: {w}" for w in self.warnings]
@@ -207,11 +230,13 @@ def fold(
     upto: Mapping[int, int],
     batch: int = 500,
     progress: Progress | None = None,
+    observe: Callable[[list[tuple[Event, LogPosition]]], None] | None = None,
 ) -> FoldStats:
     """Apply every record of ``log`` with offset <= ``upto[partition]`` to ``projection``
     (partitions absent from ``upto`` are not read), in log order per partition, in
-    batches of ``batch`` records. Undecodable records and records whose key differs from
-    the event's subject are skipped, as the live runner dead-letters them.
+    batches of ``batch`` records; ``observe`` (the reference fold) gets each batch too.
+    Undecodable records and records whose key differs from the event's subject are
+    skipped, as the live runner dead-letters them.
 
     Raises:
         whatever the projection's store raises (no retries: a verify run simply fails).
@@ -238,6 +263,8 @@ def fold(
                     continue
                 items.append((event, record.position))
             projection.apply_batch(items)
+            if observe is not None:
+                observe(items)
             events += len(items)
             offset = records[-1].offset + 1
             if progress is not None:
@@ -360,7 +387,11 @@ def _require_isolated(scratch: ConnectionPool, schema: str, tables: Sequence[str
 
 def _classify(report: VerifyReport, found: list[Difference], pending_ids: set[str]) -> None:
     for d in found:
-        (report.pending if d.memory_id is not None and d.memory_id in pending_ids else report.differences).append(d)
+        pending = d.memory_id is not None and d.memory_id in pending_ids
+        if d.against == "reference":
+            (report.reference_pending if pending else report.reference_differences).append(d)
+        else:
+            (report.pending if pending else report.differences).append(d)
 
 
 def verify_postgres(
@@ -400,7 +431,8 @@ def verify_postgres(
                     if name == "facts"
                     else SummariesProjection(scratch, content, version)
                 )
-                stats = fold(log, projection, positions, progress=progress)
+                reference = ReferenceFeed(scratch, keyring, content.erased_among)
+                stats = fold(log, projection, positions, progress=progress, observe=reference)
                 report.events_folded, report.records_skipped = stats.events, stats.skipped
                 pending_ids = destroyed_after(log, positions)
                 subjects: set[str] = set()
@@ -418,12 +450,27 @@ def verify_postgres(
                         b = subject_rows(conn, spec, schema, bad)
                         report.rows_compared += len(a) + len(b)
                         _classify(report, compare_rows(spec.name, a, b, spec), pending_ids)
+                    live_marked = live_marks(live, projection_id)
+                    if name == "summaries":  # facts' marks are its history, compared above
+                        folded = compare_rows(
+                            f"revision_marks[{projection_id}]", live_marked, live_marks(conn, projection_id), MARKS
+                        )
+                        _classify(report, folded, pending_ids)
                     conn.commit()
+                expected = expected_tables(reference.fold, name, version)
+                found = compare_tables(live_tables(live, name, version), expected, specs)
+                if name == "summaries":
+                    found += compare_marks(projection_id, live_marked, expected_marks(reference.fold))
+                _classify(report, found, pending_ids)
         finally:
             live.rollback()
     report.subjects, report.subjects_differing = len(subjects), len(differing)
+    marked = ", revision_marks" if name == "summaries" else ""
     report.compared = (
-        "every column except tsv of " + ", ".join(s.name for s in specs) + "; per-subject md5 first, then row by row"
+        "every column except tsv of "
+        + ", ".join(s.name for s in specs)
+        + marked
+        + "; per-subject md5 first, then row by row; and every row against the reference fold"
     )
     return report
 
@@ -464,6 +511,7 @@ def verify_vectors(
         positions = base.load_positions(conn, projection_id)
     live_points = _all_points(live_index)
     with pool.connection() as conn:
+        live_marked = live_marks(conn, projection_id)
         after = base.load_positions(conn, projection_id)
     report = VerifyReport(projection_id, positions)
     if after != positions:
@@ -477,19 +525,29 @@ def verify_vectors(
                 conn.execute(base.SCHEMA_SQL + marks.SCHEMA_SQL)
                 conn.commit()
             _require_isolated(scratch, schema, BOOKKEEPING)
-            projection = VectorsProjection(scratch, scratch_index, embedder, ContentAccess(scratch, keyring), version)
-            stats = fold(log, projection, positions, progress=progress)
+            content = ContentAccess(scratch, keyring)
+            projection = VectorsProjection(scratch, scratch_index, embedder, content, version)
+            reference = ReferenceFeed(scratch, keyring, content.erased_among)
+            stats = fold(log, projection, positions, progress=progress, observe=reference)
+            with scratch.connection() as conn:
+                folded_marks = live_marks(conn, projection_id)
         folded = _all_points(scratch_index)
     finally:
         scratch_index.close()
     report.events_folded, report.records_skipped = stats.events, stats.skipped
+    pending_ids = destroyed_after(log, positions)
     differing, found = compare_points(live_index.collection, live_points, folded)
-    _classify(report, found, destroyed_after(log, positions))
+    found += compare_rows(f"revision_marks[{projection_id}]", live_marked, folded_marks, MARKS)
+    _, against_reference = compare_vectors(
+        live_index.collection, live_points, expected_points(reference.fold, embedder)
+    )
+    found += against_reference + compare_marks(projection_id, live_marked, expected_marks(reference.fold))
+    _classify(report, found, pending_ids)
     report.subjects = len({str(p.payload.get("subject_id")) for p in (*live_points.values(), *folded.values())})
     report.subjects_differing = len(differing)
     report.rows_compared = len(live_points) + len(folded)
     report.compared = (
-        f"point ids, every payload field (per-subject md5 first) and every vector by cosine >= {VECTOR_COSINE_MIN}"
-        f" (fold embedded with {embedder.model_name})"
+        f"point ids, every payload field (per-subject md5 first), every vector by cosine >= {VECTOR_COSINE_MIN}"
+        f" (fold embedded with {embedder.model_name}) and revision_marks; and all of it against the reference fold"
     )
     return report
