@@ -73,16 +73,6 @@ return removed
 (an erasure), then (memory id, revision, status or '') triples in log order ('': the
 event leaves the status). Returns the entries deleted, or -1 when nothing was newer."""
 
-_INVALIDATE_LUA = """
-local keys = redis.call('SMEMBERS', KEYS[2])
-local removed = 0
-for _, k in ipairs(keys) do removed = removed + redis.call('DEL', k) end
-redis.call('DEL', KEYS[2])
-redis.call('INCR', KEYS[1])
-return removed
-"""
-
-
 def held_revisions(value: Any) -> list[tuple[str, int]]:
     """The (memory id, revision) pairs a recall result holds: its items and the items
     grouped under them (items without both are left out)."""
@@ -103,7 +93,6 @@ class RecallCache:
         self.default_ttl_s = default_ttl_s
         self._put = client.register_script(_PUT_LUA)
         self._apply = client.register_script(_APPLY_LUA)
-        self._invalidate = client.register_script(_INVALIDATE_LUA)
 
     def _gen_key(self, subject_id: str) -> str:
         return f"{self.prefix}subject:{subject_id}:gen"
@@ -166,8 +155,9 @@ class RecallCache:
         return out
 
     def invalidate(self, subject_id: str) -> int:
-        """Delete every entry of the subject; returns how many keys were deleted."""
-        return int(self._invalidate(keys=[self._gen_key(subject_id), self._set_key(subject_id)]))
+        """Delete every entry of the subject (and bump its generation); returns how many
+        keys were deleted."""
+        return self.apply(subject_id, (), force=True)
 
     def entries(self, subject_id: str) -> list[str]:
         """Live entry keys of the subject (for probes)."""
