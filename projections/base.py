@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +39,7 @@ from ledger.crypto import DataKeys, Keyring
 from ledger.errors import CorruptContentError
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema, vacuum
+from projections import marks
 from projections.opening import Opened, OpenedContent, SealedItem, sealed_events, sealed_item
 from projections.tombstone_registry import TombstoneSet
 
@@ -141,14 +142,20 @@ class PositionedProjection:
         return [(e, p) for e, p in items if done.get(p.partition, -1) < p.offset]
 
     def commit_positions(
-        self, applied: Sequence[tuple[Event, LogPosition]], store: str, removed: Callable[[ErasureRequested], int]
+        self,
+        applied: Sequence[tuple[Event, LogPosition]],
+        store: str,
+        removed: Callable[[ErasureRequested], int],
+        advanced: Mapping[str, marks.Mark] | None = None,
     ) -> None:
         """After the store's own writes: receipts for erasures (``removed`` counts the
-        items each one removed) and the positions, in one transaction."""
+        items each one removed), the revision marks the writes ``advanced`` and the
+        positions (once per partition), in one transaction."""
         last: dict[int, int] = {}
         for _, position in applied:
             last[position.partition] = max(last.get(position.partition, -1), position.offset)
         with self._pool.connection() as conn, conn.transaction():
+            marks.save_marks(conn, self.id, advanced or {})
             for event, position in applied:
                 if isinstance(event, ErasureRequested):
                     write_receipt(conn, event.request_id, store, self.id, position, removed(event))
@@ -188,8 +195,9 @@ class TransactionalProjection(PositionedProjection):
 
 
 def install(conn: psycopg.Connection) -> None:
-    """Create the shared tables (positions, receipts) if missing."""
+    """Create the shared tables (positions, receipts, revision marks) if missing."""
     ensure_schema(conn, "erasure_receipts", SCHEMA_SQL)
+    ensure_schema(conn, "revision_marks", marks.SCHEMA_SQL)
 
 
 def load_positions(conn: psycopg.Connection, projection: str) -> dict[int, int]:
@@ -268,9 +276,12 @@ def apply_batch_in_transaction(
 
 
 def clear_positions(conn: psycopg.Connection, projection: str) -> None:
-    """Forget the projection's positions (for a rebuild). Erasure receipts are kept: they
-    record when each erasure was first applied, and a rebuild cannot bring the data back."""
+    """Forget the projection's positions and revision marks (``projections.marks``), for a
+    rebuild from offset 0 or a retirement: the storage they describe is being emptied.
+    Erasure receipts are kept: they record when each erasure was first applied, and a
+    rebuild cannot bring the data back."""
     conn.execute("DELETE FROM projection_positions WHERE projection = %s", (projection,))
+    marks.clear_marks(conn, projection)
 
 
 RECEIPT_SQL = (

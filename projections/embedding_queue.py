@@ -162,3 +162,10 @@ def count(conn: psycopg.Connection, version: int) -> int:
         return 0
     row = conn.execute(f"SELECT count(*) FROM {table_name(version)}").fetchone()
     return int(row[0]) if row else 0
+
+
+def memory_ids(conn: psycopg.Connection, version: int) -> set[str]:
+    """The memories with a write queued (none when the version's queue was never created)."""
+    if not _exists(conn, version):
+        return set()
+    return {str(r[0]) for r in conn.execute(f"SELECT memory_id FROM {table_name(version)}")}

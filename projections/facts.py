@@ -4,8 +4,17 @@ column.
 
 Every event is applied in one transaction together with the projection's position, so
 a record is applied exactly once however often it is delivered. Changes are
-revision-guarded: an event whose revision is not newer than the row's changes nothing.
-Summaries live in the summaries projection, not here.
+revision-guarded (``projections.marks``): the history holds one row per memory and
+revision applied, and outlives the memory's row, so it is this store's revision mark;
+an event changes a memory only if its revision is newer than the memory's last one in
+the history, so a copy of an older event (a duplicate in the log at a later offset, a
+``MemoryWritten`` after the memory's erasure) changes nothing, not even the history or
+the conflicts. An erasure's deletions always apply. Summaries live in the summaries
+projection, not here.
+
+A batch is applied with one query for its memories' marks, one for their tombstones and
+its content opened once, then every statement in one pipeline (``projections.sqlbatch``),
+the marks advanced in memory in log order as the statements are queued.
 
 Text that may no longer be read is not kept: a revoked or expired memory's row keeps its
 metadata with ``content`` NULL, exactly as a replay (where the ledger has destroyed its
@@ -15,6 +24,7 @@ log is equal to the live table row for row (invariant 8).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -28,6 +38,7 @@ from contracts import (
     Event,
     MemoryConfirmed,
     MemoryRedacted,
+    MemoryRef,
     MemoryReinforced,
     MemorySuperseded,
     MemoryWritten,
@@ -37,7 +48,8 @@ from contracts import (
 )
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
-from projections import base
+from projections import base, marks
+from projections.marks import status_after
 from projections.opening import Opened, OpenedContent, sealed_events
 from projections.sqlbatch import SqlBatch
 
@@ -137,24 +149,6 @@ CREATE INDEX IF NOT EXISTS facts_conflicts_v{version}_members ON facts_conflicts
 """
 
 
-_STATUS_BY_EVENT = {
-    "MemorySuperseded": "superseded",
-    "MemoryConfirmed": "active",
-    "ConflictDetected": "needs_confirmation",
-    "ConsentRevoked": "revoked",
-    "RetentionExpired": "expired",
-    "ErasureRequested": "erased",
-}
-
-
-def status_after(event: Event) -> str | None:
-    """The status the memories ``event`` touches have after it, or ``None`` when the
-    event leaves the status as it is (a write, reinforcement or redaction)."""
-    if isinstance(event, RetentionExpired) and event.reason == "consent_grace":
-        return "revoked"  # the grace for keeping a revoked memory's content ended
-    return _STATUS_BY_EVENT.get(event.type)
-
-
 _CONTENT_GONE = (ConsentRevoked, RetentionExpired)
 """Events after which a memory's text and personal fields (key, scope id, provenance
 references) must not be readable in facts: a replay cannot read them either once the
@@ -205,18 +199,45 @@ class FactsProjection(base.TransactionalProjection):
         ``INSERT``s (``projections.sqlbatch``). Every change is revision-guarded by a
         condition on the write itself: an insert is ``ON CONFLICT DO NOTHING``, an update
         applies only ``WHERE revision < <the event's revision>``."""
-        writes = [e for e, _ in todo if isinstance(e, base.WRITE_EVENTS)]
+        book = self._marks(conn, [e for e, _ in todo])
+        plan: list[tuple[Event, LogPosition, tuple[MemoryRef, ...]]] = []
+        for event, position in todo:
+            fresh = book.fresh(event)
+            if marks.applies(event, fresh):  # else applied already: a duplicate, or older than what is
+                plan.append((event, position, fresh))
+                book.advance(event, fresh)
+        writes = [e for e, _, _ in plan if isinstance(e, base.WRITE_EVENTS)]
         erased = self._content.erased_among([e.memory_id for e in writes], conn)
         sealed = sealed_events([e for e in writes if e.memory_id not in erased])
         if opened is None or not opened.covers(sealed):
             opened = self._content.open_events(sealed, conn)
         with SqlBatch(conn) as batch:
-            for event, position in todo:
-                self._apply_one(batch, event, position, erased, opened)
+            for event, position, fresh in plan:
+                self._apply_one(batch, event, position, fresh, erased, opened)
+
+    def _marks(self, conn: psycopg.Connection, events: Sequence[Event]) -> marks.MarkBook:
+        """The marks of the memories ``events`` touch: the history's last revision of each
+        (one history row per memory and revision applied, kept after the row is erased,
+        so it is the facts store's revision mark), in one query."""
+        ids = list(dict.fromkeys(r.memory_id for e in events for r in touched_memories(e)))
+        rows = conn.execute(
+            f"SELECT memory_id, subject_id, max(revision) FROM {self.history} WHERE memory_id = ANY(%s)"
+            " GROUP BY memory_id, subject_id",
+            (ids,),
+        ).fetchall()
+        return marks.MarkBook({str(m): marks.Mark(str(s), int(r), None) for m, s, r in rows})
 
     def _apply_one(
-        self, batch: SqlBatch, event: Event, position: LogPosition, erased: set[str], opened: OpenedContent
+        self,
+        batch: SqlBatch,
+        event: Event,
+        position: LogPosition,
+        fresh: tuple[MemoryRef, ...],
+        erased: set[str],
+        opened: OpenedContent,
     ) -> None:
+        """Queue what ``event`` does, for the memories it is ``fresh`` for (newer than their
+        marks; an erasure's deletions apply to all of its memories)."""
         keep_hmac = False
         if isinstance(event, base.WRITE_EVENTS) and event.memory_id in erased:
             pass  # tombstoned: nothing of it is stored, even if its key can still be read; history stays content-free
@@ -231,10 +252,10 @@ class FactsProjection(base.TransactionalProjection):
         elif isinstance(
             event, MemorySuperseded | MemoryConfirmed | ConflictDetected | ConsentRevoked | RetentionExpired
         ):
-            self._status(batch, event)
+            self._status(batch, event, fresh)
             if isinstance(event, ConflictDetected):
                 self._conflict(batch, event)
-        self._history(batch, event, position, keep_hmac)
+        self._history(batch, event, position, keep_hmac, fresh)
 
     # -- per event ----------------------------------------------------------------------
 
@@ -304,12 +325,12 @@ class FactsProjection(base.TransactionalProjection):
             (e.memory_id,),
         )
 
-    def _status(self, batch: SqlBatch, e: Event) -> None:
+    def _status(self, batch: SqlBatch, e: Event, fresh: Sequence[MemoryRef]) -> None:
         status = status_after(e)
         superseded_by = e.superseded_by if isinstance(e, MemorySuperseded) else None
         confirmed = True if isinstance(e, MemoryConfirmed) else None
         drop_content = isinstance(e, _CONTENT_GONE)
-        for ref in touched_memories(e):
+        for ref in fresh:
             batch.execute(
                 f"UPDATE {self.table} SET status = %s, revision = %s, updated_at = %s,"
                 " superseded_by = coalesce(%s, superseded_by), confirmed = coalesce(%s, confirmed),"
@@ -369,14 +390,16 @@ class FactsProjection(base.TransactionalProjection):
             base.RECEIPT_SQL, (e.request_id, "history", self.id, position.partition, position.offset, len(ids))
         )
 
-    def _history(self, batch: SqlBatch, e: Event, position: LogPosition, keep_hmac: bool) -> None:
+    def _history(
+        self, batch: SqlBatch, e: Event, position: LogPosition, keep_hmac: bool, fresh: Sequence[MemoryRef]
+    ) -> None:
         hmac = None
         if keep_hmac and isinstance(e, MemoryWritten):
             hmac = e.memory.content_hmac
         elif keep_hmac and isinstance(e, MemoryRedacted):
             hmac = e.content_hmac
         status = status_after(e)
-        for ref in touched_memories(e):
+        for ref in fresh:
             row = (
                 ref.memory_id,
                 ref.revision,

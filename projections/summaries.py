@@ -6,6 +6,13 @@ it is dropped: a summary must not outlive the evidence it restates. A regenerate
 (``SummaryDerived.replaces``) also drops the summary it replaces; being derived only from
 sources that are still valid, it survives the invalidation that caused it.
 
+Revision-guarded (``projections.marks``): the projection keeps a mark (last revision,
+status) for every memory its events touch, summaries and sources alike, in the
+transaction of its rows and position; an event changes only memories it is newer for.
+So a ``SummaryDerived`` delivered again after one of its sources was superseded does
+not bring the summary back, and a source's old redaction delivered again does not drop
+the summary derived after it. An erasure's deletions always apply.
+
 Each row carries what recall needs to return it as an item (key, sensitivity, confidence,
 veracity, confirmed); a summary row exists only while it is valid, so its status is
 always ``active``.
@@ -22,15 +29,15 @@ from contracts import (
     ErasureRequested,
     Event,
     MemoryRedacted,
+    MemoryRef,
     MemorySuperseded,
     RetentionExpired,
     SummaryDerived,
     full_provenance,
-    touched_memories,
 )
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
-from projections import base
+from projections import base, marks
 from projections.opening import Opened, OpenedContent
 from projections.sqlbatch import SqlBatch
 
@@ -112,7 +119,14 @@ class SummariesProjection(base.TransactionalProjection):
         invalidations of consecutive events deleted with one ``DELETE`` (each sent before
         the first later insert it would remove, as in log order); an erasure deletes on
         its own, so that its receipt counts what it removed."""
-        derived = [e for e, _ in todo if isinstance(e, SummaryDerived)]
+        book = marks.load_book(conn, self.id, [e for e, _ in todo])
+        plan: list[tuple[Event, LogPosition, tuple[MemoryRef, ...]]] = []
+        for event, position in todo:
+            fresh = book.fresh(event)
+            if marks.applies(event, fresh):  # else applied already: a duplicate, or older than what is
+                plan.append((event, position, fresh))
+                book.advance(event, fresh)
+        derived = [e for e, _, _ in plan if isinstance(e, SummaryDerived)]
         erased = self._content.erased_among(
             [m for e in derived for m in (e.memory_id, *e.memory.provenance.derived_from)], conn
         )
@@ -122,7 +136,7 @@ class SummariesProjection(base.TransactionalProjection):
         stored = {e.event_id for e in readable}
         with SqlBatch(conn) as batch:
             pending = _Invalidations(self.table, batch)
-            for event, position in todo:
+            for event, position, fresh in plan:
                 if isinstance(event, SummaryDerived):
                     if event.event_id in stored:
                         pending.before({event.memory_id, *event.memory.provenance.derived_from})
@@ -133,8 +147,9 @@ class SummariesProjection(base.TransactionalProjection):
                     pending.send()
                     self._erased(batch, event, position)
                 elif isinstance(event, _INVALIDATING):
-                    pending.sources.update(r.memory_id for r in touched_memories(event))
+                    pending.sources.update(r.memory_id for r in fresh)
             pending.send()
+            marks.save_marks(conn, self.id, book.changed())
 
     def _derived(self, batch: SqlBatch, e: SummaryDerived, content: Opened) -> None:
         if content.text is None:

@@ -56,6 +56,7 @@ from contracts import (
     Event,
     MemoryConfirmed,
     MemoryRedacted,
+    MemoryRef,
     MemoryReinforced,
     MemorySuperseded,
     MemoryWritten,
@@ -65,7 +66,7 @@ from contracts import (
 )
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
-from projections import base, embedding_queue
+from projections import base, embedding_queue, marks
 from projections.embedding import Embedder
 from projections.embedding_queue import PendingRow, PendingText
 from projections.opening import Opened, OpenedContent, SealedItem, sealed_events
@@ -199,15 +200,22 @@ class VectorsProjection(base.PositionedProjection):
         todo: list[tuple[Event, LogPosition]],
         opened: OpenedContent | None,
     ) -> None:
-        writes = [e for e, _ in todo if isinstance(e, base.WRITE_EVENTS)]
+        book = marks.load_book(conn, self.id, [e for e, _ in todo])
+        plan: list[tuple[Event, LogPosition, tuple[MemoryRef, ...]]] = []
+        for event, position in todo:
+            fresh = book.fresh(event)
+            if marks.applies(event, fresh):  # else applied already: a duplicate, or older than what is
+                plan.append((event, position, fresh))
+                book.advance(event, fresh)
+        writes = [e for e, _, _ in plan if isinstance(e, base.WRITE_EVENTS)]
         erased = self._content.erased_among([e.memory_id for e in writes], conn)
-        todo = [(e, p) for e, p in todo if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
-        texts = sealed_events([e for e, _ in todo if isinstance(e, MemoryWritten | MemoryRedacted)])
+        plan = [(e, p, f) for e, p, f in plan if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
+        texts = sealed_events([e for e, _, _ in plan if isinstance(e, MemoryWritten | MemoryRedacted)])
         if opened is None or not opened.covers(texts):
             opened = self._content.open_events(texts, conn)
         ids = list(
             dict.fromkeys(
-                r.memory_id for e, _ in todo if not isinstance(e, SummaryDerived) for r in touched_memories(e)
+                r.memory_id for e, _, _ in plan if not isinstance(e, SummaryDerived) for r in touched_memories(e)
             )
         )
         queued = embedding_queue.lock(conn, self.version, ids)  # before reading points: see embedding_queue
@@ -215,15 +223,24 @@ class VectorsProjection(base.PositionedProjection):
         slots: dict[str, _Slot | None] = {m: _Slot(dict(p.payload), p.vector) for m, p in points.items()}
         slots.update({m: _Slot(r.payload, None, r.text) for m, r in queued.items()})
         start = dict(slots)
-        for event, position in todo:
-            self._fold(slots, event, position, opened)
+        for event, position, fresh in plan:
+            self._fold(slots, event, position, fresh, opened)
         self._write(conn, start, slots, points, queued, opened)
-        for event, position in todo:
+        marks.save_marks(conn, self.id, book.changed())  # after the index writes, with the positions
+        for event, position, _ in plan:
             if isinstance(event, ErasureRequested):
                 base.write_receipt(conn, event.request_id, "vectors", self.id, position, len(event.affected))
 
-    def _fold(self, slots: dict[str, _Slot | None], e: Event, position: LogPosition, opened: OpenedContent) -> None:
-        """What ``e`` does to the slots of its memories (the revision rule of the module)."""
+    def _fold(
+        self,
+        slots: dict[str, _Slot | None],
+        e: Event,
+        position: LogPosition,
+        fresh: tuple[MemoryRef, ...],
+        opened: OpenedContent,
+    ) -> None:
+        """What ``e`` does to the slots of the memories it is ``fresh`` for (newer than
+        their marks; an erasure removes all of its memories)."""
         if isinstance(e, MemoryWritten | MemoryRedacted):
             slot = self._written(slots.get(e.memory_id), e, position, opened.of(e))
             if slot is not None:
@@ -233,10 +250,10 @@ class VectorsProjection(base.PositionedProjection):
         elif isinstance(e, MemoryReinforced):
             self._update(slots, e.memory_id, e.revision, {}, confidence=e.confidence)
         elif isinstance(e, ConflictDetected):
-            for ref in e.affected:
+            for ref in fresh:
                 self._update(slots, ref.memory_id, ref.revision, {"status": "needs_confirmation"})
         elif isinstance(e, _REMOVING):
-            for ref in touched_memories(e):
+            for ref in touched_memories(e) if isinstance(e, ErasureRequested) else fresh:
                 slots[ref.memory_id] = None
 
     def _written(
@@ -252,9 +269,12 @@ class VectorsProjection(base.PositionedProjection):
         if isinstance(e, MemoryRedacted):
             if existing is not None:
                 payload = existing.payload | {"revision": e.revision, "content_hmac": e.content_hmac}
-            elif e.state is not None and e.state.status in ("active", "needs_confirmation"):
+            elif (
+                e.state is not None and e.state.status in ("active", "needs_confirmation") and e.state.kind != "summary"
+            ):
                 # replaying: the original text's key was destroyed by this redaction, so
-                # the point is built from the state the event carries
+                # the point is built from the state the event carries (a summary has none:
+                # it lives in the summaries store)
                 payload = self._payload(
                     e.memory_id,
                     e.subject_id,
