@@ -51,7 +51,7 @@ from ledger.pgschema import ensure_schema
 from projections import base, marks
 from projections.marks import status_after
 from projections.opening import Opened, OpenedContent, sealed_events
-from projections.sqlbatch import SqlBatch
+from projections.sqlbatch import InsertInto, SqlBatch
 
 FTS_CONFIG = "english"
 
@@ -171,6 +171,7 @@ class FactsProjection(base.TransactionalProjection):
         self.table = self.tables.facts
         self.history = self.tables.history
         self.vacuum_tables = (self.table, self.history)
+        self._inserts = _Inserts.of(self.tables)
         with pool.connection() as conn:
             ensure_schema(conn, self.tables.conflicts, schema_sql(version))
 
@@ -211,7 +212,7 @@ class FactsProjection(base.TransactionalProjection):
         sealed = sealed_events([e for e in writes if e.memory_id not in erased])
         if opened is None or not opened.covers(sealed):
             opened = self._content.open_events(sealed, conn)
-        with SqlBatch(conn) as batch:
+        with SqlBatch(conn, inserts_first=True) as batch:
             for event, position, fresh in plan:
                 self._apply_one(batch, event, position, fresh, erased, opened)
 
@@ -289,7 +290,7 @@ class FactsProjection(base.TransactionalProjection):
             m.provenance.written_at,
             e.occurred_at,
         )
-        batch.insert(self.table, _FACT_COLUMNS, row, e.memory_id, (e.memory_id,), "ON CONFLICT (memory_id) DO NOTHING")
+        batch.insert(self._inserts.facts, row, e.memory_id, (e.memory_id,))
         return True
 
     def _redacted(self, batch: SqlBatch, e: MemoryRedacted, content: Opened) -> bool:
@@ -365,14 +366,7 @@ class FactsProjection(base.TransactionalProjection):
             e.occurred_at,
             e.event_id,
         )
-        batch.insert(
-            self.tables.conflicts,
-            _CONFLICT_COLUMNS,
-            row,
-            e.conflict_id,
-            (),
-            "ON CONFLICT (conflict_id) DO NOTHING",
-        )
+        batch.insert(self._inserts.conflicts, row, e.conflict_id, ())
 
     def _erased(self, batch: SqlBatch, e: ErasureRequested, position: LogPosition) -> None:
         ids = [r.memory_id for r in e.affected]
@@ -413,50 +407,68 @@ class FactsProjection(base.TransactionalProjection):
                 position.partition,
                 position.offset,
             )
-            batch.insert(
-                self.history,
-                _HISTORY_COLUMNS,
-                row,
-                (ref.memory_id, ref.revision),
-                (ref.memory_id,),
-                "ON CONFLICT DO NOTHING",
-            )
+            batch.insert(self._inserts.history, row, (ref.memory_id, ref.revision), (ref.memory_id,))
+
+
+@dataclass(frozen=True)
+class _Inserts:
+    """The multi-row inserts of one facts version (``projections.sqlbatch``)."""
+
+    facts: InsertInto
+    history: InsertInto
+    conflicts: InsertInto
+
+    @classmethod
+    def of(cls, tables: FactsTables) -> _Inserts:
+        return cls(
+            InsertInto(tables.facts, _FACT_COLUMNS, "ON CONFLICT (memory_id) DO NOTHING"),
+            InsertInto(tables.history, _HISTORY_COLUMNS, "ON CONFLICT DO NOTHING"),
+            InsertInto(tables.conflicts, _CONFLICT_COLUMNS, "ON CONFLICT (conflict_id) DO NOTHING"),
+        )
 
 
 _FACT_COLUMNS = (
-    "memory_id",
-    "subject_id",
-    "revision",
-    "status",
-    "kind",
-    "content",
-    "content_hmac",
-    "key",
-    "purpose",
-    "scope_type",
-    "scope_id",
-    "sensitivity",
-    "retention_basis",
-    "expires_at",
-    "confirmed",
-    "confidence",
-    "veracity",
-    "provenance",
-    "derived_from",
-    "written_at",
-    "updated_at",
+    ("memory_id", "text"),
+    ("subject_id", "text"),
+    ("revision", "integer"),
+    ("status", "text"),
+    ("kind", "text"),
+    ("content", "text"),
+    ("content_hmac", "text"),
+    ("key", "text"),
+    ("purpose", "text"),
+    ("scope_type", "text"),
+    ("scope_id", "text"),
+    ("sensitivity", "text"),
+    ("retention_basis", "text"),
+    ("expires_at", "timestamptz"),
+    ("confirmed", "boolean"),
+    ("confidence", "double precision"),
+    ("veracity", "text"),
+    ("provenance", "jsonb"),
+    ("derived_from", "text[]"),
+    ("written_at", "timestamptz"),
+    ("updated_at", "timestamptz"),
 )
 _HISTORY_COLUMNS = (
-    "memory_id",
-    "revision",
-    "subject_id",
-    "event_type",
-    "event_id",
-    "status",
-    "producer",
-    "occurred_at",
-    "content_hmac",
-    "log_partition",
-    "log_offset",
+    ("memory_id", "text"),
+    ("revision", "integer"),
+    ("subject_id", "text"),
+    ("event_type", "text"),
+    ("event_id", "text"),
+    ("status", "text"),
+    ("producer", "text"),
+    ("occurred_at", "timestamptz"),
+    ("content_hmac", "text"),
+    ("log_partition", "integer"),
+    ("log_offset", "bigint"),
 )
-_CONFLICT_COLUMNS = ("conflict_id", "subject_id", "purpose", "scope_type", "memory_ids", "detected_at", "event_id")
+_CONFLICT_COLUMNS = (
+    ("conflict_id", "text"),
+    ("subject_id", "text"),
+    ("purpose", "text"),
+    ("scope_type", "text"),
+    ("memory_ids", "text[]"),
+    ("detected_at", "timestamptz"),
+    ("event_id", "text"),
+)

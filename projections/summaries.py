@@ -39,7 +39,7 @@ from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
 from projections import base, marks
 from projections.opening import Opened, OpenedContent
-from projections.sqlbatch import SqlBatch
+from projections.sqlbatch import InsertInto, SqlBatch
 
 
 def schema_sql(version: int) -> str:
@@ -93,6 +93,7 @@ class SummariesProjection(base.TransactionalProjection):
         self._content = content
         self.table = f"summaries_v{version}"
         self.vacuum_tables = (self.table,)
+        self._insert = InsertInto(self.table, _COLUMNS, "ON CONFLICT (memory_id) DO NOTHING")
         with pool.connection() as conn:
             ensure_schema(conn, schema_marker(version), schema_sql(version))
 
@@ -178,7 +179,7 @@ class SummariesProjection(base.TransactionalProjection):
             m.confirmed,
         )
         touches = (e.memory_id, *m.provenance.derived_from)
-        batch.insert(self.table, _COLUMNS, row, e.memory_id, touches, "ON CONFLICT (memory_id) DO NOTHING")
+        batch.insert(self._insert, row, e.memory_id, touches)
 
     def _erased(self, batch: SqlBatch, e: ErasureRequested, position: LogPosition) -> None:
         ids = [r.memory_id for r in e.affected]
@@ -223,21 +224,21 @@ class _Invalidations:
 
 
 _COLUMNS = (
-    "memory_id",
-    "subject_id",
-    "revision",
-    "content",
-    "content_hmac",
-    "purpose",
-    "scope_type",
-    "scope_id",
-    "derived_from",
-    "provenance",
-    "written_at",
-    "expires_at",
-    "key",
-    "sensitivity",
-    "confidence",
-    "veracity",
-    "confirmed",
+    ("memory_id", "text"),
+    ("subject_id", "text"),
+    ("revision", "integer"),
+    ("content", "text"),
+    ("content_hmac", "text"),
+    ("purpose", "text"),
+    ("scope_type", "text"),
+    ("scope_id", "text"),
+    ("derived_from", "text[]"),
+    ("provenance", "jsonb"),
+    ("written_at", "timestamptz"),
+    ("expires_at", "timestamptz"),
+    ("key", "text"),
+    ("sensitivity", "text"),
+    ("confidence", "double precision"),
+    ("veracity", "text"),
+    ("confirmed", "boolean"),
 )
