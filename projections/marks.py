@@ -19,6 +19,7 @@ the cache keeps its own in Redis next to its entries (``projections.cache``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -154,22 +155,16 @@ def save_marks(conn: psycopg.Connection, projection: str, marks: Mapping[str, Ma
     """Store ``marks`` for ``projection``; a mark never moves back to an older revision."""
     if not marks:
         return
-    items = sorted(marks.items())
-    conn.execute(
+    rows = [{"m": m, "s": k.subject_id, "r": k.revision, "st": k.status} for m, k in sorted(marks.items())]
+    conn.execute(  # one JSON document, not four arrays: psycopg dumps arrays value by value, in Python
         """
         INSERT INTO revision_marks (projection, memory_id, subject_id, revision, status)
-        SELECT %s, m, s, r, st FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[]) AS u(m, s, r, st)
+        SELECT %s, m, s, r, st FROM jsonb_to_recordset(%s::jsonb) AS u(m text, s text, r int, st text)
         ON CONFLICT (projection, memory_id) DO UPDATE
            SET subject_id = EXCLUDED.subject_id, revision = EXCLUDED.revision, status = EXCLUDED.status
          WHERE revision_marks.revision < EXCLUDED.revision
         """,
-        (
-            projection,
-            [m for m, _ in items],
-            [k.subject_id for _, k in items],
-            [k.revision for _, k in items],
-            [k.status for _, k in items],
-        ),
+        (projection, json.dumps(rows)),
     )
 
 

@@ -153,7 +153,7 @@ def dense_vector(value: object, *, collection: str, memory_id: str) -> tuple[flo
     if isinstance(value, Mapping):
         value = value.get("")
     if isinstance(value, list) and all(isinstance(x, int | float) for x in value):
-        return tuple(float(x) for x in value)
+        return tuple(map(float, value))
     raise VectorIndexError(
         f"point {memory_id} has no single dense vector (got {type(value).__name__})",
         collection=collection,
