@@ -129,6 +129,16 @@ class PositionedProjection:
     """Whether the projection reads memory text: its ``apply_batch`` then takes the batch's
     content opened once for every projection of a pass (``OpenedContent``)."""
 
+    _content: ContentAccess | None = None
+    """How a projection that reads text opens it (set by those that do)."""
+
+    def open_ahead(self, items: Sequence[tuple[Event, LogPosition]], content: ContentAccess) -> OpenedContent:
+        """The content of ``items``, opened before the batch's store transaction begins,
+        on a connection of its own: the transaction then holds no lock on the key store
+        (``memory_keys``), so the ``VACUUM FULL`` that follows an erasure is not kept
+        waiting by a worker that is always inside a batch."""
+        return content.open_events([e for e, _ in items])
+
     def apply(self, event: Event, position: LogPosition) -> None:
         self.apply_batch([(event, position)])
 
@@ -178,6 +188,9 @@ class TransactionalProjection(PositionedProjection):
         """Apply events in log order, rows and positions in one transaction (the
         statements of the whole batch in one pipeline: ``_apply_events``). ``opened``:
         the batch's content, when a pass opened it for every projection."""
+
+        if opened is None and self.opens_content and self._content is not None:
+            opened = self.open_ahead(items, self._content)
 
         def apply_all(conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]]) -> None:
             self._apply_events(conn, todo, opened)

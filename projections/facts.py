@@ -163,6 +163,7 @@ class FactsProjection(base.TransactionalProjection):
 
     name = "facts"
     opens_content = True
+    _content: base.ContentAccess
 
     def __init__(self, pool: ConnectionPool, content: base.ContentAccess, version: int = 1) -> None:
         super().__init__(pool, version)

@@ -87,6 +87,7 @@ class SummariesProjection(base.TransactionalProjection):
 
     name = "summaries"
     opens_content = True
+    _content: base.ContentAccess
 
     def __init__(self, pool: ConnectionPool, content: base.ContentAccess, version: int = 1) -> None:
         super().__init__(pool, version)

@@ -109,6 +109,7 @@ class VectorsProjection(base.PositionedProjection):
 
     name = "vectors"
     opens_content = True
+    _content: base.ContentAccess
 
     def __init__(
         self,
@@ -186,6 +187,8 @@ class VectorsProjection(base.PositionedProjection):
                 runner retries the batch, whose writes are idempotent).
         """
         self._ensure_collection()
+        if opened is None:
+            opened = self.open_ahead(items, self._content)
 
         def apply_all(conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]]) -> None:
             self._apply_events(conn, todo, opened)
