@@ -28,6 +28,7 @@ from contracts import (
     ErasureRequested,
     Event,
     MemoryRedacted,
+    MemoryRef,
     MemoryReinforced,
     MemoryWritten,
     RetentionExpired,
@@ -158,19 +159,46 @@ SHREDDING_EVENTS = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRe
 
 
 class TransactionalProjection(PositionedProjection):
-    """A projection whose store is Postgres: rows and position commit together.
-    ``vacuum_tables`` are vacuumed after a batch that removed text (``SHREDDING_EVENTS``),
-    so the old row versions do not keep it in the table files."""
+    """A projection whose store is Postgres: rows, revision marks and position commit
+    together. ``vacuum_tables`` are vacuumed after a batch that removed text
+    (``SHREDDING_EVENTS``), so the old row versions do not keep it in the table files.
+
+    Revision-guarded (``projections.marks``): the marks of the batch's memories are read
+    once, each event is applied to the memories it is newer for (``_apply_one`` gets
+    them; an event newer for none is skipped, an erasure never), and the advanced marks
+    are saved in the same transaction. Subclasses implement ``_apply_one`` and may keep
+    their marks elsewhere (``_load_marks``, ``_save_marks``)."""
 
     vacuum_tables: tuple[str, ...] = ()
 
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
-        """Apply events in log order, rows and positions in one transaction."""
-        apply_in_transaction(self._pool, self.id, items, self._apply_one)
+        """Apply events in log order, rows, marks and positions in one transaction."""
+        apply_in_transaction(self._pool, self.id, items, self._apply_guarded)
         if self.vacuum_tables and any(isinstance(e, SHREDDING_EVENTS) for e, _ in items):
             vacuum(self._pool, self.vacuum_tables)
 
-    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
+    def _apply_guarded(self, conn: psycopg.Connection, items: Sequence[tuple[Event, LogPosition]]) -> None:
+        book = self._load_marks(conn, [e for e, _ in items])
+        for event, position in items:
+            fresh = book.fresh(event)
+            if marks.applies(event, fresh):
+                self._apply_one(conn, event, position, fresh)
+                book.advance(event, fresh)
+        self._save_marks(conn, book)
+
+    def _load_marks(self, conn: psycopg.Connection, events: Sequence[Event]) -> marks.MarkBook:
+        """The marks of the memories ``events`` touch (default: ``revision_marks``)."""
+        return marks.load_book(conn, self.id, events)
+
+    def _save_marks(self, conn: psycopg.Connection, book: marks.MarkBook) -> None:
+        """Store the marks the batch advanced (default: in ``revision_marks``)."""
+        marks.save_marks(conn, self.id, book.changed())
+
+    def _apply_one(
+        self, conn: psycopg.Connection, event: Event, position: LogPosition, fresh: Sequence[MemoryRef]
+    ) -> None:
+        """Apply ``event`` to the memories of ``fresh`` (those it is newer for; all of an
+        erasure's memories are removed whatever ``fresh`` says)."""
         raise NotImplementedError
 
 
@@ -203,13 +231,14 @@ def apply_in_transaction(
     pool: ConnectionPool,
     projection: str,
     items: Sequence[tuple[Event, LogPosition]],
-    apply_one: Callable[[psycopg.Connection, Event, LogPosition], None],
+    apply: Callable[[psycopg.Connection, list[tuple[Event, LogPosition]]], None],
 ) -> None:
     """Apply a batch of events and advance the positions in ONE transaction.
 
     The positions of the batch's partitions are locked first; an event at or before its
-    partition's position is already done and skipped. Either every new event of the
-    batch and its position commit together, or nothing does.
+    partition's position is already done and left out; ``apply`` gets the others, in log
+    order. Either every new event of the batch and its position commit together, or
+    nothing does.
     """
     if not items:
         return
@@ -226,11 +255,12 @@ def apply_in_transaction(
             (projection, partitions),
         ).fetchall()
         done = {int(p): int(o) for p, o in rows}
+        todo: list[tuple[Event, LogPosition]] = []
         for event, position in items:
-            if position.offset <= done.get(position.partition, -1):
-                continue
-            apply_one(conn, event, position)
-            done[position.partition] = position.offset
+            if position.offset > done.get(position.partition, -1):
+                todo.append((event, position))
+                done[position.partition] = position.offset
+        apply(conn, todo)
         for partition, offset in done.items():
             save_position(conn, projection, LogPosition(partition, offset))
 

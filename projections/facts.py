@@ -183,10 +183,9 @@ class FactsProjection(base.TransactionalProjection):
             conn.execute(f"DROP TABLE IF EXISTS {self.table}, {self.history}, {self.tables.conflicts}")
             base.clear_positions(conn, self.id)
 
-    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
-        fresh = self._fresh(conn, event)
-        if not marks.applies(event, fresh):
-            return  # applied already (a duplicate, or an older event after a newer one)
+    def _apply_one(
+        self, conn: psycopg.Connection, event: Event, position: LogPosition, fresh: Sequence[MemoryRef]
+    ) -> None:
         keep_hmac = False
         if isinstance(event, base.WRITE_EVENTS) and self._content.erased_among([event.memory_id], conn):
             pass  # tombstoned: nothing of it is stored, even if its key can still be read; history stays content-free
@@ -206,19 +205,20 @@ class FactsProjection(base.TransactionalProjection):
                 self._conflict(conn, event)
         self._history(conn, event, position, keep_hmac, fresh)
 
-    def _fresh(self, conn: psycopg.Connection, event: Event) -> tuple[MemoryRef, ...]:
-        """The (memory, revision) pairs of ``event`` newer than the memory's mark: the
-        history's last revision of it (one history row per memory and revision applied,
-        kept after the row is erased, so it is the facts store's revision mark)."""
-        refs = touched_memories(event)
-        applied = {
-            str(m): int(r)
-            for m, r in conn.execute(
-                f"SELECT memory_id, max(revision) FROM {self.history} WHERE memory_id = ANY(%s) GROUP BY memory_id",
-                ([r.memory_id for r in refs],),
-            )
-        }
-        return tuple(r for r in refs if r.revision > applied.get(r.memory_id, 0))
+    def _load_marks(self, conn: psycopg.Connection, events: Sequence[Event]) -> marks.MarkBook:
+        """The facts store's marks: the history's last row of each memory ``events`` touch
+        (one history row per memory and revision applied, kept after the memory's row is
+        erased). They advance as the batch writes history rows."""
+        ids = list(dict.fromkeys(r.memory_id for e in events for r in touched_memories(e)))
+        rows = conn.execute(
+            f"SELECT DISTINCT ON (memory_id) memory_id, subject_id, revision, status FROM {self.history}"
+            " WHERE memory_id = ANY(%s) ORDER BY memory_id, revision DESC",
+            (ids,),
+        ).fetchall()
+        return marks.MarkBook({str(m): marks.Mark(str(s), int(r), st) for m, s, r, st in rows})
+
+    def _save_marks(self, conn: psycopg.Connection, book: marks.MarkBook) -> None:
+        return None  # the history rows the batch wrote are the marks
 
     # -- per event ----------------------------------------------------------------------
 

@@ -6,9 +6,10 @@ it is dropped: a summary must not outlive the evidence it restates. A regenerate
 (``SummaryDerived.replaces``) also drops the summary it replaces; being derived only from
 sources that are still valid, it survives the invalidation that caused it.
 
-Revision-guarded (``projections.marks``): the projection keeps a mark (last revision,
-status) for every memory its events touch, summaries and sources alike, in the
-transaction of its rows and position; an event changes only memories it is newer for.
+Revision-guarded (``projections.marks``, through ``base.TransactionalProjection``): the
+projection keeps a mark (last revision, status) in ``revision_marks`` for every memory
+its events touch, summaries and sources alike, in the transaction of its rows and
+position; an event changes only memories it is newer for.
 So a ``SummaryDerived`` delivered again after one of its sources was superseded does
 not bring the summary back, and a source's old redaction delivered again does not drop
 the summary derived after it. An erasure's deletions always apply.
@@ -20,6 +21,8 @@ always ``active``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -29,6 +32,7 @@ from contracts import (
     ErasureRequested,
     Event,
     MemoryRedacted,
+    MemoryRef,
     MemorySuperseded,
     RetentionExpired,
     SummaryDerived,
@@ -37,7 +41,7 @@ from contracts import (
 )
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
-from projections import base, marks
+from projections import base
 
 
 def schema_sql(version: int) -> str:
@@ -107,12 +111,9 @@ class SummariesProjection(base.TransactionalProjection):
             conn.execute(f"DROP TABLE IF EXISTS {self.table}")
             base.clear_positions(conn, self.id)
 
-    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
-        book = marks.load_book(conn, self.id, [event])
-        fresh = book.fresh(event)
-        if not marks.applies(event, fresh):
-            return  # applied already (a duplicate, or an older event after a newer one)
-        book.advance(event, fresh)
+    def _apply_one(
+        self, conn: psycopg.Connection, event: Event, position: LogPosition, fresh: Sequence[MemoryRef]
+    ) -> None:
         if isinstance(event, SummaryDerived):
             self._derived(conn, event)
             if event.replaces is not None:
@@ -122,7 +123,6 @@ class SummariesProjection(base.TransactionalProjection):
             removed = self._drop_derived(conn, [r.memory_id for r in gone])
             if isinstance(event, ErasureRequested):
                 base.write_receipt(conn, event.request_id, "summaries", self.id, position, removed)
-        marks.save_marks(conn, self.id, book.changed())
 
     def _derived(self, conn: psycopg.Connection, e: SummaryDerived) -> None:
         if self._content.erased_among([e.memory_id, *e.memory.provenance.derived_from], conn):

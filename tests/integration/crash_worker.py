@@ -32,8 +32,8 @@ def main(name: str) -> int:
     if name in ("facts", "summaries"):
         apply_one = projection._apply_one
 
-        def crash_after_apply(conn: Any, event: Event, position: LogPosition) -> None:
-            apply_one(conn, event, position)
+        def crash_after_apply(conn: Any, event: Event, position: LogPosition, *rest: Any) -> None:
+            apply_one(conn, event, position, *rest)
             if isinstance(event, ErasureRequested):
                 sys.stdout.flush()
                 os._exit(CRASHED)  # inside the open transaction
