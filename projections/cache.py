@@ -10,7 +10,8 @@ what it holds.
 Revision-guarded (``projections.marks``): the cache keeps, per subject, a hash of marks
 (memory id -> ``revision|status``, no content, no TTL). An event changes the cache only
 if it is newer than the mark of one of its memories (an older event delivered again
-deletes nothing); an erasure always deletes. A result holding a memory at a revision
+deletes nothing); an erasure delivered again still deletes every entry that holds one of
+its memories, and only those. A result holding a memory at a revision
 older than that memory's mark is never stored: recall reading a fact table that lags
 behind the cache cannot put back what an event already invalidated. Marks and
 invalidation are one Lua script, run before the position is stored in Postgres; run
@@ -48,7 +49,8 @@ then (memory id, revision) pairs of what the value holds."""
 
 _APPLY_LUA = """
 local changed = ARGV[1] == '1'
-for i = 2, #ARGV, 3 do
+local erased = tonumber(ARGV[2])
+for i = 3 + erased, #ARGV, 3 do
   local mark = redis.call('HGET', KEYS[3], ARGV[i])
   local revision, status = -1, ''
   if mark then
@@ -61,17 +63,34 @@ for i = 2, #ARGV, 3 do
     changed = true
   end
 end
-if not changed then return -1 end
-local keys = redis.call('SMEMBERS', KEYS[2])
 local removed = 0
-for _, k in ipairs(keys) do removed = removed + redis.call('DEL', k) end
-redis.call('DEL', KEYS[2])
-redis.call('INCR', KEYS[1])
+if changed then
+  for _, k in ipairs(redis.call('SMEMBERS', KEYS[2])) do removed = removed + redis.call('DEL', k) end
+  redis.call('DEL', KEYS[2])
+  redis.call('INCR', KEYS[1])
+  return removed
+end
+if erased == 0 then return -1 end
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local v = redis.call('GET', k)
+  local hit = not v
+  for j = 3, 2 + erased do
+    if v and string.find(v, ARGV[j], 1, true) then hit = true end
+  end
+  if hit then
+    removed = removed + redis.call('DEL', k)
+    redis.call('SREM', KEYS[2], k)
+  end
+end
 return removed
 """
-"""KEYS: generation, entry set, marks. ARGV: '1' to invalidate whatever the marks say
-(an erasure), then (memory id, revision, status or '') triples in log order ('': the
-event leaves the status). Returns the entries deleted, or -1 when nothing was newer."""
+"""KEYS: generation, entry set, marks. ARGV: '1' to invalidate whatever the marks say,
+the number of erased memory ids that follow, those ids, then (memory id, revision,
+status or '') triples in log order ('': the event leaves the status). A triple newer than
+its mark invalidates the subject (every entry deleted, the generation bumped); if none
+is, only the entries naming an erased id are deleted (an erasure's removals always
+apply; the other results stay). Returns the entries deleted, or -1 when nothing changed."""
+
 
 def held_revisions(value: Any) -> list[tuple[str, int]]:
     """The (memory id, revision) pairs a recall result holds: its items and the items
@@ -133,12 +152,19 @@ class RecallCache:
         )
         return bool(stored)
 
-    def apply(self, subject_id: str, changes: Sequence[tuple[str, int, str | None]], force: bool = False) -> int:
+    def apply(
+        self,
+        subject_id: str,
+        changes: Sequence[tuple[str, int, str | None]],
+        erased: Sequence[str] = (),
+        everything: bool = False,
+    ) -> int:
         """Advance the subject's marks with ``changes`` ((memory id, revision, status or
         ``None`` to keep it), in log order) and, if one of them was newer than its mark or
-        ``force`` (an erasure), delete every entry of the subject and bump its generation.
-        Returns the entries deleted, or -1 when nothing changed."""
-        args: list[str | int] = ["1" if force else "0"]
+        ``everything``, delete every entry of the subject and bump its generation; else
+        delete the entries holding one of ``erased`` (the memories of an erasure, whose
+        removals always apply). Returns the entries deleted, or -1 when nothing changed."""
+        args: list[str | int] = ["1" if everything else "0", len(erased), *erased]
         for memory_id, revision, status in changes:
             args += [memory_id, revision, status or ""]
         keys = [self._gen_key(subject_id), self._set_key(subject_id), self._marks_key(subject_id)]
@@ -157,7 +183,7 @@ class RecallCache:
     def invalidate(self, subject_id: str) -> int:
         """Delete every entry of the subject (and bump its generation); returns how many
         keys were deleted."""
-        return self.apply(subject_id, (), force=True)
+        return self.apply(subject_id, (), everything=True)
 
     def entries(self, subject_id: str) -> list[str]:
         """Live entry keys of the subject (for probes)."""
@@ -212,14 +238,15 @@ class CacheProjection(base.PositionedProjection):
 
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
         """Advance each touched subject's marks and invalidate it once if an event was
-        newer than a mark (or an erasure), then store receipts and positions."""
+        newer than a mark (else drop the entries holding a memory the batch erases), then
+        store receipts and positions."""
         todo = self.pending(items)
         changes: dict[str, list[tuple[str, int, str | None]]] = {}
-        erasures: set[str] = set()
+        erased: dict[str, list[str]] = {}
         for event, _ in todo:
             found = changes.setdefault(event.subject_id, [])
             found += [(r.memory_id, r.revision, marks.mark_status(event, None)) for r in touched_memories(event)]
             if isinstance(event, ErasureRequested):
-                erasures.add(event.subject_id)
-        removed = {s: max(0, self.cache.apply(s, found, s in erasures)) for s, found in changes.items()}
+                erased.setdefault(event.subject_id, []).extend(r.memory_id for r in event.affected)
+        removed = {s: max(0, self.cache.apply(s, found, erased.get(s, ()))) for s, found in changes.items()}
         self.commit_positions(todo, "cache", lambda e: removed.get(e.subject_id, 0))
