@@ -178,9 +178,15 @@ SHREDDING_EVENTS = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRe
 
 
 class TransactionalProjection(PositionedProjection):
-    """A projection whose store is Postgres: rows and position commit together.
-    ``vacuum_tables`` are vacuumed after a batch that removed text (``SHREDDING_EVENTS``),
-    so the old row versions do not keep it in the table files."""
+    """A projection whose store is Postgres: rows, revision marks and position commit
+    together. ``vacuum_tables`` are vacuumed after a batch that removed text
+    (``SHREDDING_EVENTS``), so the old row versions do not keep it in the table files.
+
+    Revision-guarded (``projections.marks``): a subclass's ``_apply_events`` reads the
+    marks of the batch's memories once, applies each event to the memories it is newer
+    for (``MarkBook.plan``: an event newer for none is skipped, an erasure never) and
+    saves the advanced marks in the same transaction (facts: its history rows are its
+    marks)."""
 
     vacuum_tables: tuple[str, ...] = ()
 

@@ -10,7 +10,9 @@ what it holds.
 Revision-guarded (``projections.marks``): the cache keeps, per subject, a hash of marks
 (memory id -> ``revision|status``, no content, no TTL). An event changes the cache only
 if it is newer than the mark of one of its memories (an older event delivered again
-deletes nothing); an erasure always deletes. A result holding a memory at a revision
+deletes nothing); an erasure delivered again still deletes every entry that holds one of
+its memories, and only those (a whole-subject erasure deletes every entry of its subject
+where it is first applied: ``base.whole_subject_erasures``). A result holding a memory at a revision
 older than that memory's mark is never stored: recall reading a fact table that lags
 behind the cache cannot put back what an event already invalidated. Marks and
 invalidation are one Lua script, run before the position is stored in Postgres; run
@@ -49,7 +51,8 @@ then (memory id, revision) pairs of what the value holds."""
 
 _APPLY_LUA = """
 local changed = ARGV[1] == '1'
-for i = 2, #ARGV, 3 do
+local erased = tonumber(ARGV[2])
+for i = 3 + erased, #ARGV, 3 do
   local mark = redis.call('HGET', KEYS[3], ARGV[i])
   local revision, status = -1, ''
   if mark then
@@ -62,17 +65,33 @@ for i = 2, #ARGV, 3 do
     changed = true
   end
 end
-if not changed then return -1 end
-local keys = redis.call('SMEMBERS', KEYS[2])
 local removed = 0
-for _, k in ipairs(keys) do removed = removed + redis.call('DEL', k) end
-redis.call('DEL', KEYS[2])
-redis.call('INCR', KEYS[1])
+if changed then
+  for _, k in ipairs(redis.call('SMEMBERS', KEYS[2])) do removed = removed + redis.call('DEL', k) end
+  redis.call('DEL', KEYS[2])
+  redis.call('INCR', KEYS[1])
+  return removed
+end
+if erased == 0 then return -1 end
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local v = redis.call('GET', k)
+  local hit = not v
+  for j = 3, 2 + erased do
+    if v and string.find(v, ARGV[j], 1, true) then hit = true end
+  end
+  if hit then
+    removed = removed + redis.call('DEL', k)
+    redis.call('SREM', KEYS[2], k)
+  end
+end
 return removed
 """
-"""KEYS: generation, entry set, marks. ARGV: '1' to invalidate whatever the marks say
-(an erasure), then (memory id, revision, status or '') triples in log order ('': the
-event leaves the status). Returns the entries deleted, or -1 when nothing was newer."""
+"""KEYS: generation, entry set, marks. ARGV: '1' to invalidate whatever the marks say,
+the number of erased memory ids that follow, those ids, then (memory id, revision,
+status or '') triples in log order ('': the event leaves the status). A triple newer than
+its mark invalidates the subject (every entry deleted, the generation bumped); if none
+is, only the entries naming an erased id are deleted (an erasure's removals always
+apply; the other results stay). Returns the entries deleted, or -1 when nothing changed."""
 
 
 def held_revisions(value: Any) -> list[tuple[str, int]]:
@@ -140,17 +159,6 @@ class RecallCache:
         )
         return bool(stored)
 
-    def apply(self, subject_id: str, changes: Sequence[tuple[str, int, str | None]], force: bool = False) -> int:
-        """Advance the subject's marks with ``changes`` ((memory id, revision, status or
-        ``None`` to keep it), in log order) and, if one of them was newer than its mark or
-        ``force`` (an erasure), delete every entry of the subject and bump its generation.
-        Returns the entries deleted, or -1 when nothing changed."""
-        args: list[str | int] = ["1" if force else "0"]
-        for memory_id, revision, status in changes:
-            args += [memory_id, revision, status or ""]
-        keys = [self._gen_key(subject_id), self._set_key(subject_id), self._marks_key(subject_id)]
-        return int(self._apply(keys=keys, args=args))
-
     def marks(self, subject_id: str) -> dict[str, tuple[int, str | None]]:
         """The subject's marks: memory id -> (revision, status or ``None``)."""
         out: dict[str, tuple[int, str | None]] = {}
@@ -164,14 +172,21 @@ class RecallCache:
     def invalidate(self, subject_id: str) -> int:
         """Delete every entry of the subject (and bump its generation); returns how many
         keys were deleted."""
-        return self.apply(subject_id, (), force=True)
+        return self.apply_many({subject_id: ()}, everything=(subject_id,))[subject_id]
 
     def apply_many(
-        self, changes: Mapping[str, Sequence[tuple[str, int, str | None]]], force: Collection[str] = ()
+        self,
+        changes: Mapping[str, Sequence[tuple[str, int, str | None]]],
+        erased: Mapping[str, Sequence[str]] | None = None,
+        everything: Collection[str] = (),
     ) -> dict[str, int]:
-        """:meth:`apply` for several subjects (subject -> its changes; ``force``: the
-        subjects of an erasure), in one pipeline: one round trip to Redis for all of them.
-        Returns subject -> entries deleted (-1 when nothing changed).
+        """For each subject of ``changes``: advance its marks with its changes ((memory
+        id, revision, status or ``None`` to keep it), in log order) and, if one of them was
+        newer than its mark or the subject is in ``everything``, delete every entry of the
+        subject and bump its generation; else delete the entries holding one of
+        ``erased[subject]`` (the memories its erasures name, whose removals always apply).
+        One pipeline: one round trip to Redis for all the subjects. Returns subject ->
+        entries deleted (-1 when nothing changed).
 
         Raises:
             redis.RedisError: Redis failed (some subjects may be done: each script is
@@ -182,7 +197,8 @@ class RecallCache:
             return {}
         pipe = self._r.pipeline(transaction=False)
         for subject in subjects:
-            args: list[str | int] = ["1" if subject in force else "0"]
+            ids = (erased or {}).get(subject, ())
+            args: list[str | int] = ["1" if subject in everything else "0", len(ids), *ids]
             for memory_id, revision, status in changes[subject]:
                 args += [memory_id, revision, status or ""]
             keys = [self._gen_key(subject), self._set_key(subject), self._marks_key(subject)]
@@ -195,13 +211,15 @@ class RecallCache:
         keys = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
         return [k for k in keys if self._r.exists(k)]
 
-    def drop_subject(self, subject_id: str) -> int:
-        """Delete every cached recall result of the subject, found by scanning its key
-        prefix (so entries its key set does not list count too), and bump its generation.
-        Returns how many keys were deleted."""
+    def drop_unlisted(self, subject_id: str) -> int:
+        """Delete every cached recall result of the subject that its entry set does not
+        list (found by scanning its key prefix: an entry restored from a backup, say),
+        after :meth:`apply_many` with ``everything`` deleted the listed ones. Returns how many
+        keys were deleted."""
         pattern = f"{self.prefix}recall:{_glob_escape(subject_id)}:*"
-        deleted = sum(int(self._r.delete(k)) for k in self._r.scan_iter(match=pattern, count=500))
-        return deleted + self.invalidate(subject_id)
+        listed = set(self.entries(subject_id))
+        found = (k.decode() if isinstance(k, bytes) else str(k) for k in self._r.scan_iter(match=pattern, count=500))
+        return sum(int(self._r.delete(k)) for k in found if k not in listed)
 
     def purge_memories(self, memory_ids: set[str]) -> tuple[int, list[str]]:
         """Delete every cached recall result holding any of ``memory_ids`` (found by
@@ -250,21 +268,29 @@ class CacheProjection(base.PositionedProjection):
 
     def apply_batch(self, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
         """Advance each touched subject's marks and invalidate it once if an event was
-        newer than a mark (or an erasure), one Redis pipeline for the whole batch; then
-        store receipts and positions in one transaction (``opened`` is not read: the
-        cache holds no text of its own)."""
+        newer than a mark (else drop the entries holding a memory the batch erases), one
+        Redis pipeline for the whole batch; a whole-subject erasure, where it is first
+        applied (``base.whole_subject_erasures``), drops every entry of its subject, its
+        entry set's and any other under its prefix. Then store receipts and positions in
+        one transaction (``opened`` is not read: the cache holds no text of its own)."""
         todo = self.pending(items)
+        if not todo:
+            return
+        whole: set[LogPosition] = set()
+        if any(isinstance(e, ErasureRequested) and e.request_kind == "subject" for e, _ in todo):
+            with self._pool.connection() as conn:
+                whole = base.whole_subject_erasures(conn, "cache", self.id, todo)
         changes: dict[str, list[tuple[str, int, str | None]]] = {}
-        erasures: set[str] = set()
-        whole: list[str] = []
-        for event, _ in todo:
+        erased: dict[str, list[str]] = {}
+        everything: list[str] = []
+        for event, position in todo:
             found = changes.setdefault(event.subject_id, [])
             found += [(r.memory_id, r.revision, marks.mark_status(event, None)) for r in touched_memories(event)]
             if isinstance(event, ErasureRequested):
-                erasures.add(event.subject_id)
-                if event.request_kind == "subject":
-                    whole.append(event.subject_id)
-        removed = {s: max(0, n) for s, n in self.cache.apply_many(changes, erasures).items()}
-        for subject in dict.fromkeys(whole):
-            removed[subject] += self.cache.drop_subject(subject)  # entries its set does not list
+                erased.setdefault(event.subject_id, []).extend(r.memory_id for r in event.affected)
+                if position in whole:
+                    everything.append(event.subject_id)
+        removed = {s: max(0, n) for s, n in self.cache.apply_many(changes, erased, everything).items()}
+        for subject in dict.fromkeys(everything):
+            removed[subject] += self.cache.drop_unlisted(subject)
         self.commit_positions(todo, "cache", lambda e: removed.get(e.subject_id, 0))

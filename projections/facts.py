@@ -203,12 +203,7 @@ class FactsProjection(base.TransactionalProjection):
         condition on the write itself: an insert is ``ON CONFLICT DO NOTHING``, an update
         applies only ``WHERE revision < <the event's revision>``."""
         book = self._marks(conn, [e for e, _ in todo])
-        plan: list[tuple[Event, LogPosition, tuple[MemoryRef, ...]]] = []
-        for event, position in todo:
-            fresh = book.fresh(event)
-            if marks.applies(event, fresh):  # else applied already: a duplicate, or older than what is
-                plan.append((event, position, fresh))
-                book.advance(event, fresh)
+        plan = book.plan(todo)
         writes = [e for e, _, _ in plan if isinstance(e, base.WRITE_EVENTS)]
         erased = self._content.erased_among([e.memory_id for e in writes], conn)
         sealed = sealed_events([e for e in writes if e.memory_id not in erased])

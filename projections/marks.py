@@ -35,6 +35,7 @@ from contracts import (
     SummaryDerived,
     touched_memories,
 )
+from ledger.eventlog import LogPosition
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS revision_marks (
@@ -125,6 +126,21 @@ class MarkBook:
     def changed(self) -> dict[str, Mark]:
         """The marks advanced since this book was made."""
         return dict(self._changed)
+
+    def plan(
+        self, items: Sequence[tuple[Event, LogPosition]]
+    ) -> list[tuple[Event, LogPosition, tuple[MemoryRef, ...]]]:
+        """What a batch does, in log order: each event that changes something (:func:`applies`)
+        with the memories it is newer for (:meth:`fresh`), the marks advanced as it goes;
+        an event newer for none of its memories (a duplicate, or older than what is) is
+        left out."""
+        out: list[tuple[Event, LogPosition, tuple[MemoryRef, ...]]] = []
+        for event, position in items:
+            fresh = self.fresh(event)
+            if applies(event, fresh):
+                out.append((event, position, fresh))
+                self.advance(event, fresh)
+        return out
 
 
 def applies(event: Event, fresh: Sequence[MemoryRef]) -> bool:

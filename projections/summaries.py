@@ -7,8 +7,9 @@ it is dropped: a summary must not outlive the evidence it restates. A regenerate
 sources that are still valid, it survives the invalidation that caused it.
 
 Revision-guarded (``projections.marks``): the projection keeps a mark (last revision,
-status) for every memory its events touch, summaries and sources alike, in the
-transaction of its rows and position; an event changes only memories it is newer for.
+status) in ``revision_marks`` for every memory its events touch, summaries and sources
+alike, read once per batch and saved in the transaction of its rows and position; an
+event changes only memories it is newer for.
 So a ``SummaryDerived`` delivered again after one of its sources was superseded does
 not bring the summary back, and a source's old redaction delivered again does not drop
 the summary derived after it. An erasure's deletions always apply; a whole-subject
@@ -31,7 +32,6 @@ from contracts import (
     ErasureRequested,
     Event,
     MemoryRedacted,
-    MemoryRef,
     MemorySuperseded,
     RetentionExpired,
     SummaryDerived,
@@ -126,12 +126,7 @@ class SummariesProjection(base.TransactionalProjection):
         where it is first applied, every summary of its subject:
         ``base.whole_subject_erasures``)."""
         book = marks.load_book(conn, self.id, [e for e, _ in todo])
-        plan: list[tuple[Event, LogPosition, tuple[MemoryRef, ...]]] = []
-        for event, position in todo:
-            fresh = book.fresh(event)
-            if marks.applies(event, fresh):  # else applied already: a duplicate, or older than what is
-                plan.append((event, position, fresh))
-                book.advance(event, fresh)
+        plan = book.plan(todo)
         derived = [e for e, _, _ in plan if isinstance(e, SummaryDerived)]
         erased = self._content.erased_among(
             [m for e in derived for m in (e.memory_id, *e.memory.provenance.derived_from)], conn

@@ -211,12 +211,7 @@ class VectorsProjection(base.PositionedProjection):
         opened: OpenedContent | None,
     ) -> None:
         book = marks.load_book(conn, self.id, [e for e, _ in todo])
-        plan: list[tuple[Event, LogPosition, tuple[MemoryRef, ...]]] = []
-        for event, position in todo:
-            fresh = book.fresh(event)
-            if marks.applies(event, fresh):  # else applied already: a duplicate, or older than what is
-                plan.append((event, position, fresh))
-                book.advance(event, fresh)
+        plan = book.plan(todo)
         writes = [e for e, _, _ in plan if isinstance(e, base.WRITE_EVENTS)]
         erased = self._content.erased_among([e.memory_id for e in writes], conn)
         plan = [(e, p, f) for e, p, f in plan if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]

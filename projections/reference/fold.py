@@ -73,7 +73,9 @@ What each event does (for each memory of the event that passes the revision rule
   it regenerates. ``MemorySuperseded``, ``MemoryRedacted``, ``ConsentRevoked``,
   ``RetentionExpired`` and ``ErasureRequested`` of a memory delete that memory's summary
   row and every summary derived from it.
-- cache: recall results are not folded from events; the store keeps the marks, and a
+- cache: recall results are not folded from events; the store keeps the marks. An event
+  newer than a mark of the subject deletes every result of the subject; an erasure
+  delivered again deletes the results holding one of its memories, and only those; a
   result holding a memory at a revision older than its mark is never stored.
 """
 

@@ -7,7 +7,8 @@ again, at a later offset, after a newer one changes nothing.
 - summaries: a ``SummaryDerived`` after a source's supersession brought the summary back;
   a source's old redaction dropped the summary derived after it;
 - cache: a duplicate dropped the results cached since; a recall result older than the
-  cache's state was stored;
+  cache's state was stored (and an erasure delivered again still drops what holds its
+  memory, and only that);
 - facts: a write delivered after its erasure, with the tombstone row gone (a Postgres
   restored from a backup, or an erasure whose ledger transaction failed after the
   append), would have been stored again had the history not guarded it.
@@ -22,7 +23,15 @@ from typing import Any
 import pytest
 from psycopg_pool import ConnectionPool
 
-from contracts import EraseMemories, Event, MemoryRedacted, MemoryWritten, RedactMemory, SummaryDerived
+from contracts import (
+    EraseMemories,
+    ErasureRequested,
+    Event,
+    MemoryRedacted,
+    MemoryWritten,
+    RedactMemory,
+    SummaryDerived,
+)
 from ledger.crypto import Keyring
 from ledger.eventlog import LogPosition
 from ledger.principals import Grant, Principal
@@ -142,6 +151,15 @@ def test_cache_a_duplicate_drops_nothing_and_an_older_result_is_not_stored(
     stale = cache.entry_key("alice", {"q": "stale"})  # computed from facts that lag behind
     assert not cache.put("alice", stale, cache.generation("alice"), [{"memory_id": memory, "revision": 1}], 60)
     assert cache.marks("alice")[memory] == (2, "superseded")
+    erased = write(stage, "Alice's phone is 555-0100")
+    stage.ledger.erase(ALL, EraseMemories(subject_id="alice", memory_ids=(erased,), reason="asked"))
+    feed.catch_up()
+    other = cache.entry_key("alice", {"q": "other"})
+    copy = cache.entry_key("alice", {"q": "copy"})  # as if restored from a backup
+    for key, held in ((other, memory), (copy, erased)):
+        assert cache.put("alice", key, cache.generation("alice"), [{"memory_id": held, "revision": 9}], 60)
+    feed.deliver(next(e for e in feed.log if isinstance(e, ErasureRequested)))  # again
+    assert cache.get(other) is not None and cache.get(copy) is None
 
 
 def test_facts_a_write_after_its_erasure_stays_out_without_the_tombstone(
