@@ -11,7 +11,10 @@ again, at a later offset, after a newer one changes nothing.
   memory, and only that);
 - facts: a write delivered after its erasure, with the tombstone row gone (a Postgres
   restored from a backup, or an erasure whose ledger transaction failed after the
-  append), would have been stored again had the history not guarded it.
+  append), would have been stored again had the history not guarded it;
+- every store: a whole-subject erasure removes every item of its subject where it is
+  first applied, and nothing the subject wrote after it, neither later in its batch nor
+  when it is delivered again at a later offset.
 """
 
 from __future__ import annotations
@@ -176,3 +179,35 @@ def test_facts_a_write_after_its_erasure_stays_out_without_the_tombstone(
     with pool.connection() as conn:
         assert conn.execute("SELECT count(*) FROM facts_v1").fetchone() == (0,)
         assert conn.execute("SELECT * FROM facts_history_v1 ORDER BY revision").fetchall() == history
+
+
+def test_a_whole_subject_erasure_keeps_what_the_subject_writes_after_it(
+    stage: LedgerStage, pool: ConnectionPool, content: ContentAccess, index: QdrantClientIndex, redis_client: Any
+) -> None:
+    cache = RecallCache(redis_client)
+    feeds = [
+        Feed(stage, FactsProjection(pool, content)),
+        Feed(stage, SummariesProjection(pool, content)),
+        Feed(stage, VectorsProjection(pool, index, build_embedder("hashing"), content)),
+        Feed(stage, CacheProjection(pool, cache)),
+    ]
+    before = write(stage, "Alice likes tea")
+    summary_of(stage, before)
+    stage.ledger.erase(ALL, EraseMemories(subject_id="alice", whole_subject=True, reason="asked"))
+    after = write(stage, "Alice likes coffee")
+    later = summary_of(stage, after)
+    events = [e for e, _ in stage.new_records()]
+    for feed in feeds:  # one batch each: the erasure, then what the subject wrote after it
+        feed.log += events
+        feed.deliver(*events)
+    kept = cache.entry_key("alice", {"q": "after"})
+    assert cache.put("alice", kept, cache.generation("alice"), [{"memory_id": after, "revision": 1}], 60)
+    erasure = next(e for e in events if isinstance(e, ErasureRequested))
+    for delivered in ("once", "again"):
+        with pool.connection() as conn:
+            assert [r[0] for r in conn.execute("SELECT memory_id FROM facts_v1")] == [after], delivered
+            assert [r[0] for r in conn.execute("SELECT memory_id FROM summaries_v1")] == [later], delivered
+        assert set(index.retrieve([before, after])) == {after}, delivered
+        assert cache.get(kept) is not None, delivered
+        for feed in feeds:
+            feed.deliver(erasure)  # a copy at a later offset
