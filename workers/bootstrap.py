@@ -42,6 +42,7 @@ from projections.versions import EmbedderSpec
 from workers import interrupts
 from workers.metrics.metered import MeteredDeadLetterQueue, MeteredEventLog, MeteredRecall, metered
 from workers.processes import alive as _alive
+from workers.progress import BatchProgress
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -300,15 +301,7 @@ class Services:
             return fan.catch_up(self.log)
         done = fan.positions()
         total = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in self.log.end_offsets().items())
-        stage = f"project {', '.join(fan.ids)}"
-        count = 0
-
-        def step(n: int) -> None:
-            nonlocal count
-            count += n
-            progress(stage, count, total)
-
-        return fan.catch_up(self.log, progress=step)
+        return fan.catch_up(self.log, progress=BatchProgress(progress, f"project {', '.join(fan.ids)}", total))
 
     def trace_targets(self) -> TraceTargets:
         """Probe the serving versions (stable views, serving collection and cache) and

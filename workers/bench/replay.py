@@ -37,6 +37,7 @@ from workers.bench.env import BenchTargets, Progress, bench_environment, service
 from workers.bench.figures import Figure
 from workers.bench.targets import target
 from workers.bootstrap import PROJECTION_NAMES, Services
+from workers.progress import BatchProgress
 
 READ_BATCH = 500
 """Records per ``EventLog.read`` call in the replays."""
@@ -154,15 +155,7 @@ def replay(svc: Services, names: tuple[str, ...], progress: Progress) -> dict[st
     for name in names:
         svc.projections[name].reset()
     fan = svc.fan_out([svc.projections[name] for name in names])
-    total = sum(svc.log.end_offsets().values())
-    stage = f"replay {'+'.join(names)}"
-    count = 0
-
-    def step(n: int) -> None:
-        nonlocal count
-        count += n
-        progress(stage, count, total)
-
+    step = BatchProgress(progress, f"replay {'+'.join(names)}", sum(svc.log.end_offsets().values()))
     started = time.perf_counter()
     fan.catch_up(svc.log, READ_BATCH, progress=step)
     wall = time.perf_counter() - started
@@ -170,13 +163,13 @@ def replay(svc: Services, names: tuple[str, ...], progress: Progress) -> dict[st
     by_name = {name: times.apply_s[svc.projections[name].id] for name in names}
     inside = times.decode_s + times.open_s + sum(by_name.values())
     return {
-        "events": count,
+        "events": step.done,
         "wall_s": round(wall, 2),
-        "events_per_s": _rate(count, wall),
+        "events_per_s": _rate(step.done, wall),
         "read_s": round(max(0.0, wall - inside), 2),
         "decode_s": round(times.decode_s, 2),
         "open_s": round(times.open_s, 2),
-        "projections": {n: {"seconds": round(s, 2), "events_per_s": _rate(count, s)} for n, s in by_name.items()},
+        "projections": {n: {"seconds": round(s, 2), "events_per_s": _rate(step.done, s)} for n, s in by_name.items()},
     }
 
 
@@ -192,17 +185,11 @@ def replay_vectors_again(svc: Services, progress: Progress) -> dict[str, Any]:
     counted = _Counting(embedder)
     svc.stores.add_embedder(info.embedder.name if info.embedder else svc.settings.embedder, counted)
     fan = svc.fan_out([svc.stores.projection(info)])
-    total = sum(svc.log.end_offsets().values())
-    done = 0
-
-    def step(n: int) -> None:
-        nonlocal done
-        done += n
-        progress("replay vectors again (same embedder)", done, total)
-
+    step = BatchProgress(progress, "replay vectors again (same embedder)", sum(svc.log.end_offsets().values()))
     started = time.perf_counter()
     fan.catch_up(svc.log, READ_BATCH, progress=step)
     wall = time.perf_counter() - started
+    done = step.done
     return {"events": done, "wall_s": round(wall, 2), "events_per_s": _rate(done, wall), "embedded": counted.count}
 
 
