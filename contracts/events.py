@@ -30,7 +30,7 @@ class Envelope(Frozen):
     field's default); older versions are upcast on read (``contracts.upcasting``)."""
 
     event_id: NonEmptyStr
-    schema_version: int = Field(default=SCHEMA_VERSION, ge=1)
+    schema_version: int = Field(default=SCHEMA_VERSION, ge=1, strict=True)
     occurred_at: UtcDatetime
     subject_id: NonEmptyStr
     producer: NonEmptyStr

@@ -34,7 +34,7 @@ _CONTROL_IN_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 def _identifier(value: str) -> str:
     if _CONTROL.search(value):
         raise ValueError("must not contain control characters")
-    if len(value.encode("utf-8")) > _MAX_ID_BYTES:
+    if len(value) * 4 > _MAX_ID_BYTES and len(value.encode("utf-8")) > _MAX_ID_BYTES:  # <= 4 bytes a character
         raise ValueError(f"must be at most {_MAX_ID_BYTES} bytes in UTF-8")
     return value
 

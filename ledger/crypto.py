@@ -25,7 +25,7 @@ import hmac
 import os
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS keyring_meta (
 _FINGERPRINT_META = "fingerprint"
 
 _NONCE_BYTES = 12
+
+DataKeys = Mapping[str, bytes | None]
+"""Unwrapped data keys by key id (``Keyring.load_keys``): ``None`` for a destroyed key; a
+key id that has no row is absent."""
 
 
 def _b64(data: bytes) -> str:
@@ -244,9 +248,7 @@ class Keyring:
             KeyStoreError: the key exists but was destroyed (the memory was erased).
         """
         held = write_behind.active(conn)
-        data_key = None if fresh else (held.data_keys.get(key_id) if held is not None else None)
-        if data_key is None and not fresh:
-            data_key = self._load(conn, key_id)
+        data_key = None if fresh else self.load_keys(conn, [key_id]).get(key_id)
         if data_key is None:
             data_key = AESGCM.generate_key(bit_length=256)
             wrapped = self._wrap(data_key, key_id)
@@ -278,38 +280,44 @@ class Keyring:
 
     def open(self, conn: psycopg.Connection, sealed: SealedText, context: str | None = None) -> str | None:
         """Decrypt sealed text (sealed with the same ``context``); ``None`` when its data
-        key has been destroyed or never existed.
+        key has been destroyed or never existed. For many texts, :meth:`load_keys` once
+        and :meth:`open_with` each.
 
         Raises:
             CorruptContentError: the ciphertext does not authenticate under its key.
         """
-        held = write_behind.active(conn)
-        data_key = held.data_keys.get(sealed.key_id) if held is not None else None
-        if data_key is None:
-            data_key = self._load(conn, sealed.key_id)
-        return None if data_key is None else _decrypt(data_key, sealed, context)
+        return self.open_with(self.load_keys(conn, [sealed.key_id]), sealed, context)
 
-    def open_many(
-        self, conn: psycopg.Connection, sealed: Sequence[SealedText], context: str | None = None
-    ) -> list[str | None]:
-        """``open`` for several sealed texts, loading their data keys in one query (the
-        running command's own keys, not yet inserted, first); the texts in the same order
-        (``None`` where the key is destroyed or absent).
+    def load_keys(self, conn: psycopg.Connection, key_ids: Sequence[str]) -> DataKeys:
+        """The data keys ``key_ids``, unwrapped: key id -> 32-byte data key, or ``None`` for
+        a destroyed key; an id without a row is absent from the result. The keys the running
+        command holds (``ledger.write_behind``: created or read by it, perhaps not inserted
+        yet) are taken from it; the others are read in ONE query (for a batch of events or
+        texts, instead of one round trip each), after the command's held rows are sent.
 
         Raises:
-            CorruptContentError: a ciphertext does not authenticate under its key.
+            KeyStoreError: a key does not open under this master key (names the key).
         """
         held = write_behind.active(conn)
-        keys: dict[str, bytes] = dict(held.data_keys) if held is not None else {}
-        ids = sorted({s.key_id for s in sealed} - keys.keys())
+        keys: dict[str, bytes | None] = {}
+        if held is not None:
+            keys.update((k, held.data_keys[k]) for k in key_ids if k in held.data_keys)
+        ids = [k for k in dict.fromkeys(key_ids) if k not in keys]
         if ids:
             write_behind.barrier(conn)
-            rows = conn.execute(
-                "SELECT key_id, wrapped_key FROM memory_keys WHERE key_id = ANY(%s) AND wrapped_key IS NOT NULL",
-                (ids,),
-            ).fetchall()
-            keys |= {str(key_id): self._unwrap(bytes(wrapped), str(key_id)) for key_id, wrapped in rows}
-        return [None if s.key_id not in keys else _decrypt(keys[s.key_id], s, context) for s in sealed]
+            rows = conn.execute("SELECT key_id, wrapped_key FROM memory_keys WHERE key_id = ANY(%s)", (ids,))
+            keys.update((str(k), None if w is None else self._unwrap(bytes(w), str(k))) for k, w in rows)
+        return keys
+
+    def open_with(self, keys: DataKeys, sealed: SealedText, context: str | None = None) -> str | None:
+        """``open`` with keys loaded by :meth:`load_keys` (no I/O): ``None`` when the key is
+        destroyed or absent from ``keys``.
+
+        Raises:
+            CorruptContentError: the ciphertext does not authenticate under its key.
+        """
+        data_key = keys.get(sealed.key_id)
+        return None if data_key is None else _decrypt(data_key, sealed, context)
 
     def subject_key_id(self, conn: psycopg.Connection, subject_id: str) -> str:
         """The id of the subject's live data key (``subject:<uuid>``), for fields that
@@ -369,10 +377,3 @@ class Keyring:
         write_behind.barrier(conn)
         row = conn.execute("SELECT wrapped_key IS NULL FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone()
         return bool(row and row[0])
-
-    def _load(self, conn: psycopg.Connection, key_id: str) -> bytes | None:
-        write_behind.barrier(conn)
-        row = conn.execute("SELECT wrapped_key FROM memory_keys WHERE key_id = %s", (key_id,)).fetchone()
-        if row is None or row[0] is None:
-            return None
-        return self._unwrap(bytes(row[0]), key_id)

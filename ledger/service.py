@@ -381,9 +381,10 @@ class Ledger:
                 (list(state.ACTIVE_STATUSES), purpose, key_prefix, self._clock()),
                 lock=False,
             )
-            readable = [h for h in heads if h.sealed_content is not None]
-            texts = self._keyring.open_many(conn, [h.sealed_content for h in readable if h.sealed_content])
-        found = [LiveMemory(h, t) for h, t in zip(readable, texts, strict=True) if t is not None]
+            sealed = [(h, h.sealed_content) for h in heads if h.sealed_content is not None]
+            keys = self._keyring.load_keys(conn, [s.key_id for _, s in sealed])
+        opened = ((h, self._keyring.open_with(keys, s)) for h, s in sealed)
+        found = [LiveMemory(h, t) for h, t in opened if t is not None]
         return sorted(found, key=lambda m: (m.head.key or "", m.head.memory_id))
 
     def from_sources(self, principal: Principal, subject_id: str, source_refs: Sequence[str]) -> list[state.MemoryHead]:

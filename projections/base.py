@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,10 +35,12 @@ from contracts import (
     utc_now,
 )
 from contracts.memory import PersonalFields, SealedText
-from ledger.crypto import Keyring
+from ledger.crypto import DataKeys, Keyring
 from ledger.errors import CorruptContentError
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema, vacuum
+from projections import marks
+from projections.opening import Opened, OpenedContent, SealedItem, sealed_events, sealed_item
 from projections.tombstone_registry import TombstoneSet
 
 log = logging.getLogger(__name__)
@@ -123,10 +125,25 @@ class PositionedProjection:
         with self._pool.connection() as conn, conn.transaction():
             save_position(conn, self.id, position)
 
+    opens_content: bool = False
+    """Whether the projection reads memory text: its ``apply_batch`` then takes the batch's
+    content opened once for every projection of a pass (``OpenedContent``)."""
+
+    _content: ContentAccess | None = None
+    """How a projection that reads text opens it (set by those that do)."""
+
+    def open_ahead(self, items: Sequence[tuple[Event, LogPosition]], content: ContentAccess) -> OpenedContent:
+        """The content of ``items``, opened before the batch's store transaction begins,
+        on a connection of its own: the transaction then holds no lock on the key store
+        (``memory_keys``), so the ``VACUUM FULL`` that follows an erasure is not kept
+        waiting by a worker that is always inside a batch."""
+        return content.open_events([e for e, _ in items])
+
     def apply(self, event: Event, position: LogPosition) -> None:
         self.apply_batch([(event, position)])
 
-    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
+        """Apply events in log order and store the positions (see the subclass)."""
         raise NotImplementedError
 
     def pending(self, items: Sequence[tuple[Event, LogPosition]]) -> list[tuple[Event, LogPosition]]:
@@ -135,15 +152,25 @@ class PositionedProjection:
         return [(e, p) for e, p in items if done.get(p.partition, -1) < p.offset]
 
     def commit_positions(
-        self, applied: Sequence[tuple[Event, LogPosition]], store: str, removed: Callable[[ErasureRequested], int]
+        self,
+        applied: Sequence[tuple[Event, LogPosition]],
+        store: str,
+        removed: Callable[[ErasureRequested], int],
+        advanced: Mapping[str, marks.Mark] | None = None,
     ) -> None:
         """After the store's own writes: receipts for erasures (``removed`` counts the
-        items each one removed) and the positions, in one transaction."""
+        items each one removed), the revision marks the writes ``advanced`` and the
+        positions (once per partition), in one transaction."""
+        last: dict[int, int] = {}
+        for _, position in applied:
+            last[position.partition] = max(last.get(position.partition, -1), position.offset)
         with self._pool.connection() as conn, conn.transaction():
+            marks.save_marks(conn, self.id, advanced or {})
             for event, position in applied:
                 if isinstance(event, ErasureRequested):
                     write_receipt(conn, event.request_id, store, self.id, position, removed(event))
-                save_position(conn, self.id, position)
+            for partition, offset in sorted(last.items()):
+                save_position(conn, self.id, LogPosition(partition, offset))
 
 
 SHREDDING_EVENTS = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRedacted)
@@ -151,25 +178,45 @@ SHREDDING_EVENTS = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRe
 
 
 class TransactionalProjection(PositionedProjection):
-    """A projection whose store is Postgres: rows and position commit together.
-    ``vacuum_tables`` are vacuumed after a batch that removed text (``SHREDDING_EVENTS``),
-    so the old row versions do not keep it in the table files."""
+    """A projection whose store is Postgres: rows, revision marks and position commit
+    together. ``vacuum_tables`` are vacuumed after a batch that removed text
+    (``SHREDDING_EVENTS``), so the old row versions do not keep it in the table files.
+
+    Revision-guarded (``projections.marks``): a subclass's ``_apply_events`` reads the
+    marks of the batch's memories once, applies each event to the memories it is newer
+    for (``MarkBook.plan``: an event newer for none is skipped, an erasure never) and
+    saves the advanced marks in the same transaction (facts: its history rows are its
+    marks)."""
 
     vacuum_tables: tuple[str, ...] = ()
 
-    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
-        """Apply events in log order, rows and positions in one transaction."""
-        apply_in_transaction(self._pool, self.id, items, self._apply_one)
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
+        """Apply events in log order, rows and positions in one transaction (the
+        statements of the whole batch in one pipeline: ``_apply_events``). ``opened``:
+        the batch's content, when a pass opened it for every projection."""
+
+        if opened is None and self.opens_content and self._content is not None:
+            opened = self.open_ahead(items, self._content)
+
+        def apply_all(conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]]) -> None:
+            self._apply_events(conn, todo, opened)
+
+        apply_batch_in_transaction(self._pool, self.id, items, apply_all)
         if self.vacuum_tables and any(isinstance(e, SHREDDING_EVENTS) for e, _ in items):
             vacuum(self._pool, self.vacuum_tables)
 
-    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
+    def _apply_events(
+        self, conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]], opened: OpenedContent | None
+    ) -> None:
+        """Apply ``todo`` (the batch's events after the positions, in log order) on
+        ``conn``, inside the batch's transaction."""
         raise NotImplementedError
 
 
 def install(conn: psycopg.Connection) -> None:
-    """Create the shared tables (positions, receipts) if missing."""
+    """Create the shared tables (positions, receipts, revision marks) if missing."""
     ensure_schema(conn, "erasure_receipts", SCHEMA_SQL)
+    ensure_schema(conn, "revision_marks", marks.SCHEMA_SQL)
 
 
 def load_positions(conn: psycopg.Connection, projection: str) -> dict[int, int]:
@@ -191,17 +238,18 @@ def save_position(conn: psycopg.Connection, projection: str, position: LogPositi
     )
 
 
-def apply_in_transaction(
+def apply_batch_in_transaction(
     pool: ConnectionPool,
     projection: str,
     items: Sequence[tuple[Event, LogPosition]],
-    apply_one: Callable[[psycopg.Connection, Event, LogPosition], None],
+    apply_all: Callable[[psycopg.Connection, list[tuple[Event, LogPosition]]], None],
 ) -> None:
     """Apply a batch of events and advance the positions in ONE transaction.
 
     The positions of the batch's partitions are locked first; an event at or before its
-    partition's position is already done and skipped. Either every new event of the
-    batch and its position commit together, or nothing does.
+    partition's position is already done and left out of what ``apply_all`` gets (the
+    rest, in log order). Either every new event of the batch and its position commit
+    together, or nothing does.
     """
     if not items:
         return
@@ -218,32 +266,71 @@ def apply_in_transaction(
             (projection, partitions),
         ).fetchall()
         done = {int(p): int(o) for p, o in rows}
+        todo: list[tuple[Event, LogPosition]] = []
         for event, position in items:
             if position.offset <= done.get(position.partition, -1):
                 continue
-            apply_one(conn, event, position)
+            todo.append((event, position))
             done[position.partition] = position.offset
+        if todo:
+            apply_all(conn, todo)
         for partition, offset in done.items():
             save_position(conn, projection, LogPosition(partition, offset))
 
 
 def clear_positions(conn: psycopg.Connection, projection: str) -> None:
-    """Forget the projection's positions (for a rebuild). Erasure receipts are kept: they
-    record when each erasure was first applied, and a rebuild cannot bring the data back."""
+    """Forget the projection's positions and revision marks (``projections.marks``), for a
+    rebuild from offset 0 or a retirement: the storage they describe is being emptied.
+    Erasure receipts are kept: they record when each erasure was first applied, and a
+    rebuild cannot bring the data back."""
     conn.execute("DELETE FROM projection_positions WHERE projection = %s", (projection,))
+    marks.clear_marks(conn, projection)
+
+
+RECEIPT_SQL = (
+    "INSERT INTO erasure_receipts (request_id, store, projection, log_partition, log_offset, items_removed)"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+)
+"""One erasure receipt: (request_id, store, projection, log partition, log offset, items
+removed); the first receipt of a (request, store, projection) wins."""
 
 
 def write_receipt(
     conn: psycopg.Connection, request_id: str, store: str, projection: str, position: LogPosition, items: int
 ) -> None:
     """Record that ``store`` applied erasure ``request_id``; the first receipt wins."""
-    conn.execute(
-        """
-        INSERT INTO erasure_receipts (request_id, store, projection, log_partition, log_offset, items_removed)
-        VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
-        """,
-        (request_id, store, projection, position.partition, position.offset, items),
-    )
+    conn.execute(RECEIPT_SQL, (request_id, store, projection, position.partition, position.offset, items))
+
+
+def whole_subject_erasures(
+    conn: psycopg.Connection, store: str, projection: str, items: Sequence[tuple[Event, LogPosition]]
+) -> set[LogPosition]:
+    """The positions, among ``items``, at which a whole-subject erasure
+    (``request_kind`` ``subject``) is applied by ``store`` of ``projection`` for the first
+    time: its request has no receipt there yet, or its receipt was written at this very
+    position (a rebuild reads the same log), and it is the first copy of the request in
+    ``items``. Applied there, it removes every item of its subject the store holds at
+    that point of the log, whether or not the ledger's heads knew the memory; a copy at a
+    later offset removes only the memories it names, so what the subject wrote after the
+    erasure stays (a duplicate changes nothing, invariant 2). One query, only when
+    ``items`` hold such an erasure.
+
+    Raises:
+        psycopg.Error: the receipts cannot be read (the caller's batch fails and is retried).
+    """
+    first: dict[str, LogPosition] = {}
+    for event, position in items:
+        if isinstance(event, ErasureRequested) and event.request_kind == "subject":
+            first.setdefault(event.request_id, position)
+    if not first:
+        return set()
+    rows = conn.execute(
+        "SELECT request_id, log_partition, log_offset FROM erasure_receipts"
+        " WHERE store = %s AND projection = %s AND request_id = ANY(%s)",
+        (store, projection, list(first)),
+    ).fetchall()
+    receipts = {str(r): LogPosition(int(p), int(o)) for r, p, o in rows}
+    return {at for request, at in first.items() if receipts.get(request, at) == at}
 
 
 WRITE_EVENTS = (MemoryWritten, SummaryDerived, MemoryRedacted, MemoryReinforced)
@@ -275,45 +362,97 @@ class ContentAccess:
         conn: psycopg.Connection | None = None,
         occurred_at: datetime | None = None,
     ) -> str | None:
-        """The clear text, or ``None`` if the memory is erased (tombstone or key gone).
-        ``occurred_at`` (UTC) is the event's: see ``_await_key``."""
-        with self._conn(conn) as c:
-            if self.erased_among([memory_id], c):
-                log.info("memory %s: content skipped: erased (tombstone)", memory_id)
-                return None
-            return self._open(c, memory_id, sealed, occurred_at)
+        """The clear text, or ``None`` if the memory is erased (tombstone or key gone):
+        :meth:`open_items` of one item. ``occurred_at`` (UTC) is the event's: a key not
+        committed yet is waited for only for a recent event."""
+        item = SealedItem("", memory_id, sealed, None, occurred_at)
+        return self.open_items([item], conn).get("").text
 
-    def open_many(self, items: Sequence[tuple[str, SealedText, datetime | None]]) -> list[str | None]:
-        """``open`` for several (memory_id, sealed, occurred_at) on one connection, in order."""
+    def open_events(self, events: Sequence[Event], conn: psycopg.Connection | None = None) -> OpenedContent:
+        """Open the text and personal fields of every write-type event of a batch
+        (``opening.SEALED_EVENTS``; other events are ignored): :meth:`open_items` of
+        their ``sealed_item``, by event id.
+
+        Raises:
+            psycopg.Error, EventLogError, KeyStoreError: as :meth:`open_items`.
+        """
+        return self.open_items([sealed_item(e) for e in sealed_events(events)], conn)
+
+    def open_items(self, items: Sequence[SealedItem], conn: psycopg.Connection | None = None) -> OpenedContent:
+        """Open many sealed texts and their personal fields with one tombstone query and
+        one data key query for all of them, instead of a round trip per item. Each
+        item's result (by ``ref``): its text and personal fields, or nothing of a
+        tombstoned memory (nor of a summary whose source is tombstoned: the
+        result's ``erased`` names the tombstoned memories), nothing under a destroyed key;
+        a key that has no row yet, of an item whose event occurred less than
+        ``recent_event_s`` seconds ago, is waited for up to ``missing_key_wait_s`` seconds
+        (all of them together).
+
+        Raises:
+            psycopg.Error, EventLogError: a registry or the key store cannot be read (the
+                caller's batch fails and is retried).
+            KeyStoreError: a data key does not open under the master key.
+        """
         if not items:
-            return []
-        with self.pool.connection() as c:
-            gone = self.erased_among([m for m, _, _ in items], c)
-            for m in sorted(gone):
-                log.info("memory %s: content skipped: erased (tombstone)", m)
-            return [None if m in gone else self._open(c, m, sealed, at) for m, sealed, at in items]
+            return OpenedContent()
+        with self._conn(conn) as c:
+            erased = self.erased_among([m for i in items for m in (i.memory_id, *i.sources)], c)
+            readable = [i for i in items if i.memory_id not in erased and erased.isdisjoint(i.sources)]
+            # one answer per key decides: a destroyed key has a row without its key, a key
+            # not committed yet has no row (asked again, a key the ledger committed since
+            # the first read would pass for destroyed)
+            keys = dict(self.keyring.load_keys(c, [k.key_id for i in readable for k in i.sealed]))
+            now = utc_now()
+            recent = {
+                i.ref
+                for i in readable
+                if i.occurred_at is None or (now - i.occurred_at).total_seconds() < self.recent_event_s
+            }
+            awaited = {k.key_id: i.memory_id for i in readable if i.ref in recent for k in i.sealed}
+            missing = {k: m for k, m in awaited.items() if k not in keys}
+            if missing:
+                keys.update(self._await_keys(c, missing))
+        out: dict[str, Opened] = {}
+        for i in items:
+            if i.memory_id in erased or not erased.isdisjoint(i.sources):
+                log.info("memory %s: content skipped: erased (tombstone)", i.memory_id)
+                out[i.ref] = Opened(None)
+                continue
+            text = self._decrypt(keys, i.memory_id, i.text, i.ref in recent)
+            fields = None if text is None else self._decrypt_personal(keys, i.memory_id, i.personal)
+            out[i.ref] = Opened(text, fields)
+        return OpenedContent(out, frozenset(erased))
 
-    def _open(
-        self, conn: psycopg.Connection, memory_id: str, sealed: SealedText, occurred_at: datetime | None
-    ) -> str | None:
+    def _await_keys(self, conn: psycopg.Connection, missing: dict[str, str]) -> dict[str, bytes | None]:
+        """The ledger appends an event inside the transaction that creates its data key,
+        so a fast projection can read the event a moment before the key row commits. The
+        keys ``missing`` (key id -> memory id: no row, for events that occurred less than
+        ``recent_event_s`` seconds ago) are polled for together until each has a row or
+        ``missing_key_wait_s`` seconds pass (an older event's key will never come: a key
+        store restored from an old backup); returns the keys that appeared. A key that
+        never does (the ledger's transaction failed after the append) is logged, and its
+        text is unreadable: the projection goes on without it."""
+        found: dict[str, bytes | None] = {}
+        deadline = time.monotonic() + self.missing_key_wait_s
+        while len(found) < len(missing) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            found.update(self.keyring.load_keys(conn, [k for k in missing if k not in found]))
+        for key_id, memory_id in missing.items():
+            if key_id not in found:
+                log.error("memory %s: data key %s never appeared; content skipped", memory_id, key_id)
+        return found
+
+    def _decrypt(self, keys: DataKeys, memory_id: str, sealed: SealedText, recent: bool) -> str | None:
+        """The text under ``keys``; when it is not there, the log says why (destroyed, or
+        missing from a key store older than the event)."""
         try:
-            text = self.keyring.open(conn, sealed)
-            if text is not None:
-                return text
-            # one answer to "does the key row exist?" decides: the ledger's transaction may
-            # commit the key at any moment (a worker consumes an event within milliseconds
-            # of its append), so the answer is not asked twice
-            if self.keyring.key_exists(conn, sealed.key_id):
-                text = self.keyring.open(conn, sealed)  # it may have committed since the first read
-                if text is None:
-                    log.info(
-                        "memory %s: content skipped: data key %s was destroyed"
-                        " (erasure, revocation, expiry or redaction)",
-                        memory_id,
-                        sealed.key_id,
-                    )
-            elif occurred_at is None or (utc_now() - occurred_at).total_seconds() < self.recent_event_s:
-                text = self._await_key(conn, memory_id, sealed)
+            text = self.keyring.open_with(keys, sealed)
+        except CorruptContentError as exc:
+            log.error("memory %s: content skipped: %s", memory_id, exc)
+            return None
+        if text is None and sealed.key_id not in keys:
+            if recent:
+                pass  # waited for in _await_keys, which logged it
             else:
                 log.warning(
                     "memory %s: content skipped: data key %s does not exist (the key store was restored from"
@@ -321,36 +460,19 @@ class ContentAccess:
                     memory_id,
                     sealed.key_id,
                 )
-            return text
-        except CorruptContentError as exc:
-            log.error("memory %s: content skipped: %s", memory_id, exc)
-            return None
+        elif text is None:
+            log.info(
+                "memory %s: content skipped: data key %s was destroyed (erasure, revocation, expiry or redaction)",
+                memory_id,
+                sealed.key_id,
+            )
+        return text
 
-    def _await_key(self, conn: psycopg.Connection, memory_id: str, sealed: SealedText) -> str | None:
-        """The ledger appends an event inside the transaction that creates its data key,
-        so a fast projection can read the event a moment before the key row commits. A
-        key row that is missing (not destroyed) for an event that occurred less than
-        ``recent_event_s`` seconds ago is waited for, up to ``missing_key_wait_s`` seconds
-        (an older event's key will never come: a key store restored from an old backup);
-        if it never appears (the ledger's transaction failed after the append), the text
-        is unreadable and the projection goes on without it."""
-        deadline = time.monotonic() + self.missing_key_wait_s
-        while time.monotonic() < deadline:
-            time.sleep(0.02)
-            if self.keyring.key_exists(conn, sealed.key_id):
-                return self.keyring.open(conn, sealed)
-        log.error("memory %s: data key %s never appeared; content skipped", memory_id, sealed.key_id)
-        return None
-
-    def personal(self, memory_id: str, sealed: SealedText | None, conn: psycopg.Connection) -> PersonalFields | None:
-        """The personal fields (``contracts.PersonalFields``) sealed under the memory's data
-        key, or ``None`` when the event carries none, the key is destroyed, or they do not
-        authenticate or parse (logged). Call it after the memory's text passed ``open``
-        (which checks tombstones and waits for a key not yet committed)."""
+    def _decrypt_personal(self, keys: DataKeys, memory_id: str, sealed: SealedText | None) -> PersonalFields | None:
         if sealed is None:
             return None
         try:
-            plain = self.keyring.open(conn, sealed, PERSONAL_CONTEXT)
+            plain = self.keyring.open_with(keys, sealed, PERSONAL_CONTEXT)
             return None if plain is None else PersonalFields.model_validate_json(plain)
         except (CorruptContentError, ValidationError) as exc:
             log.error("memory %s: personal fields skipped: %s", memory_id, exc)

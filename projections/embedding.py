@@ -29,6 +29,7 @@ from projections.minilm import MiniLMEmbedder, ModelFileMismatchError, ModelPack
 
 __all__ = [
     "DEFAULT_EMBEDDER",
+    "DEFAULT_THREADS",
     "Embedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
@@ -152,7 +153,13 @@ class HashingEmbedder:
         return out
 
 
-def build_embedder(name: str = DEFAULT_EMBEDDER, *, setting: str = "MEMLEDGER_EMBEDDER") -> Embedder:
+DEFAULT_THREADS = 1
+"""Intra-op threads of the MiniLM embedder unless configured (``MEMLEDGER_EMBEDDER_THREADS``)."""
+
+
+def build_embedder(
+    name: str = DEFAULT_EMBEDDER, *, setting: str = "MEMLEDGER_EMBEDDER", threads: int = DEFAULT_THREADS
+) -> Embedder:
     """Build the embedder a configuration names.
 
     Args:
@@ -160,16 +167,19 @@ def build_embedder(name: str = DEFAULT_EMBEDDER, *, setting: str = "MEMLEDGER_EM
             ``"hashing"`` (= ``"hashing-256"``) or ``"hashing-<dim>"``. Case and
             surrounding blanks are ignored.
         setting: the configuration key ``name`` came from, quoted in error messages.
+        threads: MiniLM's onnxruntime intra-op threads (0: one per core). One by default:
+            the workers, Kafka and PostgreSQL share the cores, and a model that takes
+            all of them starves the rest (measured in the README's benchmark section).
 
     Raises:
         ValueError: ``name`` is none of the above; the message names ``setting`` and
-            the allowed values.
+            the allowed values; ``threads`` < 0.
         ModelPackageMissingError: ``"minilm"`` without its model packages installed; the
             message names the package to install.
     """
     key = name.strip().lower()
     if key == "minilm":
-        return MiniLMEmbedder()
+        return MiniLMEmbedder(intra_op_threads=threads)
     if key == "hashing":
         return HashingEmbedder()
     match = _HASHING_NAME.fullmatch(key)

@@ -56,3 +56,7 @@ class VersionError(ProjectionError):
         super().__init__(f"{field}: {rule}")
         self.field = field
         self.rule = rule
+
+
+class VerifyError(ProjectionError):
+    """``verify`` could not run (unknown projection, scratch target not isolated)."""

@@ -170,6 +170,8 @@ class MiniLMEmbedder:
         batch_size: texts per onnxruntime run (texts are grouped by token length first,
             so padding is small). Does not change the vectors beyond float rounding.
         intra_op_threads: onnxruntime's intra-op thread count; 0 lets it use every core.
+            Its threads never spin-wait for work (``session.intra_op.allow_spinning``
+            0): on cores shared with other processes a spinning thread takes their time.
 
     Raises:
         ModelPackageMissingError: from the constructor, when a package is missing.
@@ -213,6 +215,7 @@ class MiniLMEmbedder:
                 options = onnxruntime.SessionOptions()
                 options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
                 options.intra_op_num_threads = self._intra_op_threads
+                options.inter_op_num_threads = 1
                 # idle intra-op threads sleep instead of spinning: with other processes on the
                 # cores, spinning doubled a query's time and CPU (measured here, one text at a time)
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")

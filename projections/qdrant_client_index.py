@@ -187,7 +187,7 @@ class QdrantClientIndex:
     def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or replace ``points`` (whole vector and payload); waits until applied."""
         structs = [
-            models.PointStruct(id=self._id(p.memory_id), vector=[float(x) for x in p.vector], payload=dict(p.payload))
+            models.PointStruct(id=self._id(p.memory_id), vector=list(map(float, p.vector)), payload=dict(p.payload))
             for p in points
         ]
         if structs:
@@ -251,7 +251,7 @@ class QdrantClientIndex:
         with self._engine("search"):
             result = self.client.query_points(
                 self.collection,
-                query=[float(x) for x in vector],
+                query=list(map(float, vector)),
                 query_filter=_search_filter(flt),
                 limit=limit,
                 with_payload=True,

@@ -186,7 +186,7 @@ class QdrantEdgeIndex:
 
     def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or replace ``points`` (whole vector and payload)."""
-        batch = [qe.Point(self._id(p.memory_id), [float(x) for x in p.vector], dict(p.payload)) for p in points]
+        batch = [qe.Point(self._id(p.memory_id), list(map(float, p.vector)), dict(p.payload)) for p in points]
         if batch:
             with self._engine("upsert"):
                 self._open_shard("upsert").update(qe.UpdateOperation.upsert_points(batch))
@@ -244,7 +244,7 @@ class QdrantEdgeIndex:
             return []
         request = qe.QueryRequest(
             limit=limit,
-            query=qe.Query.Nearest([float(x) for x in vector]),
+            query=qe.Query.Nearest(list(map(float, vector))),
             filter=_search_filter(flt),
             with_payload=True,
             with_vector=False,

@@ -30,6 +30,7 @@ from contracts import Event, UnknownEventError, decode_event
 from ledger.eventlog import DeadLetter, DeadLetterQueue, EventLog, LogPosition, LogRecord
 from projections.base import Projection
 from projections.errors import ProjectionStalledError, UnreadableErasureError
+from projections.opening import OpenedContent
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +98,21 @@ def lowest_positions(positions: Sequence[Mapping[int, int]]) -> dict[int, int]:
     return {p: min(done.get(p, -1) for done in positions) for p in partitions}
 
 
-def _apply_batch(projection: Projection, items: list[tuple[Event, LogPosition]]) -> None:
+def apply_batch_to(
+    projection: Projection, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None
+) -> None:
+    """Apply ``items`` (in log order) to ``projection``: its ``apply_batch`` when it has
+    one, given ``opened`` (the batch's content, opened once for a pass) when the
+    projection reads text (``opens_content``); else ``apply`` event by event. Raises what
+    the projection raises."""
     batch = getattr(projection, "apply_batch", None)
-    if batch is not None:
-        batch(items)
-    else:
+    if batch is None:
         for event, position in items:
             projection.apply(event, position)
+    elif opened is not None and getattr(projection, "opens_content", False):
+        batch(items, opened)
+    else:
+        batch(items)
 
 
 class ProjectionRunner:
@@ -129,12 +138,19 @@ class ProjectionRunner:
         done = self.projection.positions() if records else {}
         self.apply(decode_records(records, done), done)
 
-    def apply(self, decoded: Sequence[DecodedRecord], done: Mapping[int, int] | None = None) -> None:
+    def apply(
+        self,
+        decoded: Sequence[DecodedRecord],
+        done: Mapping[int, int] | None = None,
+        opened: OpenedContent | None = None,
+    ) -> None:
         """The apply step of this projection: the decoded records after its own stored
         positions (``done`` when the caller has just read them, else read here), in log
         order. Runs of valid events are applied as one batch each (``apply_batch`` when
-        the projection has it), retried with backoff; a dead letter is put in the queue
-        and skipped once what precedes it is applied.
+        the projection has it, given ``opened``, the batch's content opened once for
+        every projection of a pass, when the projection reads text: its
+        ``opens_content``), retried with backoff; a dead letter is put in the queue and
+        skipped once what precedes it is applied.
 
         Raises:
             ProjectionStalledError: at a stall (what precedes it is applied first; it is
@@ -151,13 +167,13 @@ class ProjectionRunner:
             if item.event is not None:
                 pending.append((item.event, record.position))
                 continue
-            self._with_retry(pending)
+            self._with_retry(pending, opened)
             pending = []
             if item.stall is not None:
                 log.error("%s: cannot read the erasure at %s: %s", self.projection.id, record.position, item.stall)
                 raise UnreadableErasureError(self.projection.id, record.partition, record.offset, 1, item.stall)
             self._dead_letter(record, item.dead_letter or "not a valid event")
-        self._with_retry(pending)
+        self._with_retry(pending, opened)
 
     def _dead_letter(self, record: LogRecord, reason: str) -> None:
         log.warning(
@@ -171,14 +187,14 @@ class ProjectionRunner:
 
         self._call_with_retry(put_and_skip, record.position)
 
-    def _with_retry(self, items: list[tuple[Event, LogPosition]]) -> None:
+    def _with_retry(self, items: list[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
         """Apply ``items`` as one batch, retrying the batch with backoff (each apply is
         idempotent, so a partly applied batch is safe to retry). A stall names the first
         record of the batch that the projection has not applied."""
         if not items:
             return
         try:
-            self._call_with_retry(lambda: _apply_batch(self.projection, items), items[0][1])
+            self._call_with_retry(lambda: apply_batch_to(self.projection, items, opened), items[0][1])
         except ProjectionStalledError as stall:
             try:
                 done = self.projection.positions()

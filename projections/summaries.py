@@ -6,6 +6,16 @@ it is dropped: a summary must not outlive the evidence it restates. A regenerate
 (``SummaryDerived.replaces``) also drops the summary it replaces; being derived only from
 sources that are still valid, it survives the invalidation that caused it.
 
+Revision-guarded (``projections.marks``): the projection keeps a mark (last revision,
+status) in ``revision_marks`` for every memory its events touch, summaries and sources
+alike, read once per batch and saved in the transaction of its rows and position; an
+event changes only memories it is newer for.
+So a ``SummaryDerived`` delivered again after one of its sources was superseded does
+not bring the summary back, and a source's old redaction delivered again does not drop
+the summary derived after it. An erasure's deletions always apply; a whole-subject
+erasure, where it is first applied, removes every summary of its subject
+(``base.whole_subject_erasures``).
+
 Each row carries what recall needs to return it as an item (key, sensitivity, confidence,
 veracity, confirmed); a summary row exists only while it is valid, so its status is
 always ``active``.
@@ -26,11 +36,12 @@ from contracts import (
     RetentionExpired,
     SummaryDerived,
     full_provenance,
-    touched_memories,
 )
 from ledger.eventlog import LogPosition
 from ledger.pgschema import ensure_schema
-from projections import base
+from projections import base, marks
+from projections.opening import Opened, OpenedContent
+from projections.sqlbatch import InsertInto, SqlBatch
 
 
 def schema_sql(version: int) -> str:
@@ -77,12 +88,15 @@ class SummariesProjection(base.TransactionalProjection):
     """Stores ``SummaryDerived`` events; drops summaries whose sources were invalidated."""
 
     name = "summaries"
+    opens_content = True
+    _content: base.ContentAccess
 
     def __init__(self, pool: ConnectionPool, content: base.ContentAccess, version: int = 1) -> None:
         super().__init__(pool, version)
         self._content = content
         self.table = f"summaries_v{version}"
         self.vacuum_tables = (self.table,)
+        self._insert = InsertInto(self.table, _COLUMNS, "ON CONFLICT (memory_id) DO NOTHING")
         with pool.connection() as conn:
             ensure_schema(conn, schema_marker(version), schema_sql(version))
 
@@ -100,60 +114,137 @@ class SummariesProjection(base.TransactionalProjection):
             conn.execute(f"DROP TABLE IF EXISTS {self.table}")
             base.clear_positions(conn, self.id)
 
-    def _apply_one(self, conn: psycopg.Connection, event: Event, position: LogPosition) -> None:
-        if isinstance(event, SummaryDerived):
-            self._derived(conn, event)
-            if event.replaces is not None:
-                conn.execute(f"DELETE FROM {self.table} WHERE memory_id = %s", (event.replaces,))
-        elif isinstance(event, _INVALIDATING):
-            removed = self._drop_derived(conn, [r.memory_id for r in touched_memories(event)])
-            if isinstance(event, ErasureRequested) and event.request_kind == "subject":
-                # a whole subject: every summary of it, whether or not the ledger's heads knew it
-                removed += conn.execute(f"DELETE FROM {self.table} WHERE subject_id = %s", (event.subject_id,)).rowcount
-            if isinstance(event, ErasureRequested):
-                base.write_receipt(conn, event.request_id, "summaries", self.id, position, removed)
+    def _apply_events(
+        self, conn: psycopg.Connection, todo: list[tuple[Event, LogPosition]], opened: OpenedContent | None
+    ) -> None:
+        """Apply the batch: one tombstone query (each summary and its sources) and the
+        summaries' content opened once, then its statements in one pipeline
+        (``projections.sqlbatch``): summaries inserted with one multi-row ``INSERT``, the
+        invalidations of consecutive events deleted with one ``DELETE`` (each sent before
+        the first later insert it would remove, as in log order); an erasure deletes on
+        its own, so that its receipt counts what it removed (a whole-subject erasure,
+        where it is first applied, every summary of its subject:
+        ``base.whole_subject_erasures``)."""
+        book = marks.load_book(conn, self.id, [e for e, _ in todo])
+        plan = book.plan(todo)
+        derived = [e for e, _, _ in plan if isinstance(e, SummaryDerived)]
+        erased = self._content.erased_among(
+            [m for e in derived for m in (e.memory_id, *e.memory.provenance.derived_from)], conn
+        )
+        readable = [e for e in derived if not erased.intersection((e.memory_id, *e.memory.provenance.derived_from))]
+        if opened is None or not opened.covers(readable):
+            opened = self._content.open_events(readable, conn)
+        stored = {e.event_id for e in readable}
+        whole = base.whole_subject_erasures(conn, "summaries", self.id, [(e, p) for e, p, _ in plan])
+        with SqlBatch(conn) as batch:
+            pending = _Invalidations(self.table, batch)
+            for event, position, fresh in plan:
+                if isinstance(event, SummaryDerived):
+                    if event.event_id in stored:
+                        pending.before({event.memory_id, *event.memory.provenance.derived_from})
+                        self._derived(batch, event, opened.of(event))
+                    if event.replaces is not None:
+                        pending.replaced.add(event.replaces)
+                elif isinstance(event, ErasureRequested):
+                    pending.send()
+                    self._erased(batch, event, position, position in whole)
+                elif isinstance(event, _INVALIDATING):
+                    pending.sources.update(r.memory_id for r in fresh)
+            pending.send()
+            marks.save_marks(conn, self.id, book.changed())
 
-    def _derived(self, conn: psycopg.Connection, e: SummaryDerived) -> None:
-        if self._content.erased_among([e.memory_id, *e.memory.provenance.derived_from], conn):
-            return  # the summary, or a source it restates, is tombstoned: store nothing of it
-        text = self._content.open(e.memory_id, e.memory.content, conn, e.occurred_at)
-        if text is None:
+    def _derived(self, batch: SqlBatch, e: SummaryDerived, content: Opened) -> None:
+        if content.text is None:
             return
-        personal = self._content.personal(e.memory_id, e.memory.personal, conn)
+        personal = content.personal
         if personal is None:
             return  # its key was destroyed between the two reads: nothing of it may be stored
         m = e.memory
-        conn.execute(
-            f"""
-            INSERT INTO {self.table} (memory_id, subject_id, revision, content, content_hmac, purpose, scope_type,
-                scope_id, derived_from, provenance, written_at, expires_at, key, sensitivity, confidence,
-                veracity, confirmed)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-            ON CONFLICT (memory_id) DO NOTHING
-            """,
-            (
-                e.memory_id,
-                e.subject_id,
-                e.revision,
-                text,
-                m.content_hmac,
-                m.purpose,
-                m.scope_type,
-                personal.scope_id,
-                list(m.provenance.derived_from),
-                Jsonb(full_provenance(m.provenance, personal)),
-                m.provenance.written_at,
-                m.retention.expires_at,
-                personal.key,
-                m.sensitivity,
-                m.confidence,
-                m.veracity,
-                m.confirmed,
-            ),
+        row = (
+            e.memory_id,
+            e.subject_id,
+            e.revision,
+            content.text,
+            m.content_hmac,
+            m.purpose,
+            m.scope_type,
+            personal.scope_id,
+            list(m.provenance.derived_from),
+            Jsonb(full_provenance(m.provenance, personal)),
+            m.provenance.written_at,
+            m.retention.expires_at,
+            personal.key,
+            m.sensitivity,
+            m.confidence,
+            m.veracity,
+            m.confirmed,
+        )
+        touches = (e.memory_id, *m.provenance.derived_from)
+        batch.insert(self._insert, row, e.memory_id, touches)
+
+    def _erased(self, batch: SqlBatch, e: ErasureRequested, position: LogPosition, whole_subject: bool) -> None:
+        ids = [r.memory_id for r in e.affected]
+        # a whole subject: every summary of it, whether or not the ledger's heads knew it
+        # (the summaries the log inserted before the erasure are sent first)
+        subject = e.subject_id if whole_subject else None
+        if whole_subject:
+            batch.flush()
+        batch.execute(
+            f"WITH gone AS (DELETE FROM {self.table} WHERE derived_from && %s::text[] OR memory_id = ANY(%s)"
+            " OR subject_id = %s RETURNING 1)"
+            " INSERT INTO erasure_receipts (request_id, store, projection, log_partition, log_offset, items_removed)"
+            " SELECT %s, 'summaries', %s, %s, %s, count(*) FROM gone ON CONFLICT DO NOTHING",
+            (ids, ids, subject, e.request_id, self.id, position.partition, position.offset),
+            ids,
         )
 
-    def _drop_derived(self, conn: psycopg.Connection, memory_ids: list[str]) -> int:
-        return conn.execute(
-            f"DELETE FROM {self.table} WHERE derived_from && %s::text[] OR memory_id = ANY(%s)",
-            (memory_ids, memory_ids),
-        ).rowcount
+
+class _Invalidations:
+    """Deletions of summaries gathered over consecutive events and sent as one statement:
+    ``sources`` (delete the summaries of, and derived from, these memories) and
+    ``replaced`` (delete these summaries: regenerated ones)."""
+
+    def __init__(self, table: str, batch: SqlBatch) -> None:
+        self._table = table
+        self._batch = batch
+        self.sources: set[str] = set()
+        self.replaced: set[str] = set()
+
+    def before(self, touches: set[str]) -> None:
+        """Send the pending deletions if they would remove a summary that ``touches``
+        names (its id or a source), which the log inserts after them."""
+        if not touches.isdisjoint(self.sources) or not touches.isdisjoint(self.replaced):
+            self.send()
+
+    def send(self) -> None:
+        if not self.sources and not self.replaced:
+            return
+        sources, replaced = sorted(self.sources), sorted(self.replaced)
+        self.sources.clear()
+        self.replaced.clear()
+        self._batch.execute(
+            f"DELETE FROM {self._table} WHERE derived_from && %s::text[] OR memory_id = ANY(%s)",
+            (sources, sources + replaced),
+            sources + replaced,
+        )
+
+
+_COLUMNS = (
+    ("memory_id", "text"),
+    ("subject_id", "text"),
+    ("revision", "integer"),
+    ("content", "text"),
+    ("content_hmac", "text"),
+    ("purpose", "text"),
+    ("scope_type", "text"),
+    ("scope_id", "text"),
+    ("derived_from", "text[]"),
+    ("provenance", "jsonb"),
+    ("written_at", "timestamptz"),
+    ("expires_at", "timestamptz"),
+    ("key", "text"),
+    ("sensitivity", "text"),
+    ("confidence", "double precision"),
+    ("veracity", "text"),
+    ("confirmed", "boolean"),
+)

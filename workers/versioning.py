@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from urllib.parse import urlparse
@@ -42,6 +42,7 @@ from projections.base import Projection
 from projections.errors import VersionError
 from projections.runner import RetryPolicy
 from projections.vector_index import VectorIndexError
+from projections.vectors import VectorsProjection, visible_positions
 from projections.versions import EmbedderSpec, VersionInfo
 from workers.bootstrap import Services, vector_query_url
 
@@ -125,7 +126,7 @@ def rebuild(
     embedder: str | None = None,
     progress: Callable[[RebuildProgress], None] | None = None,
     retry: RetryPolicy | None = None,
-    batch_size: int = 256,
+    batch_size: int = 500,
     wait_s: float = 120.0,
 ) -> SwapResult:
     """Build version ``to_version`` (default: one above every registered version) of
@@ -139,29 +140,72 @@ def rebuild(
             the swap could not align the versions.
         ProjectionStalledError: a store stayed down beyond ``retry``.
     """
+    [result] = rebuild_many(svc, [name], to_version, embedder, progress, retry, batch_size, wait_s)
+    return result
+
+
+def rebuild_many(
+    svc: Services,
+    names: Sequence[str],
+    to_version: int | None = None,
+    embedder: str | None = None,
+    progress: Callable[[RebuildProgress], None] | None = None,
+    retry: RetryPolicy | None = None,
+    batch_size: int = 500,
+    wait_s: float = 120.0,
+) -> list[SwapResult]:
+    """``rebuild`` for several projections (each name once, in the order given) in ONE
+    pass over the log: every record is read, decoded and opened once and fanned out to
+    each new version (``Services.fan_out``); then each one is swapped in turn. A version
+    this process cannot apply (vectors whose local collection another process holds) is
+    followed as its worker builds it. ``to_version`` only with one name; ``embedder``
+    applies to vectors (refused when vectors is not among ``names``). Progress names the
+    versions together and counts what all of them have applied.
+
+    Raises:
+        VersionError: as ``rebuild``; also several names with ``to_version``, a name
+            given twice, or no name (nothing is registered then).
+        ProjectionStalledError: a store stayed down beyond ``retry``.
+    """
     started = time.monotonic()
-    versions.check_name(name)
-    spec = _embedder_spec(svc, name, embedder)
+    for name in names:
+        versions.check_name(name)
+    if not names or len(set(names)) != len(names):
+        raise VersionError("projection", "name each projection once")
+    if to_version is not None and len(names) > 1:
+        raise VersionError("to_version", "give it with one projection only (each projection has its own versions)")
+    if embedder is not None and "vectors" not in names:
+        raise VersionError("embedder", "only the vectors projection has an embedder")
+    specs = {name: _embedder_spec(svc, name, embedder if name == "vectors" else None) for name in names}
     with svc.pool.connection() as conn:
-        info = versions.begin_build(conn, name, to_version, spec)
-    projection: Projection | None = None
+        infos = [versions.begin_build(conn, name, to_version, specs[name]) for name in names]
     with ExitStack() as stack:
-        if _applies_here(svc, info):
+        here = [info for info in infos if _applies_here(svc, info)]
+        for info in here:
             stack.enter_context(_serving_queries(svc, info))
-            applied = _build_here(svc, info, progress, retry, batch_size, started)
-            projection = svc.stores.projection(info)
-        else:
-            applied = _follow_worker(svc, info, progress, wait_s, started)
-        previous, during = swap_to(svc, info, projection, wait_s=wait_s, retry=retry)
-    e = info.embedder
-    return SwapResult(
-        projection=name,
-        serving=info.version,
-        previous=previous,
-        events=applied + during,
-        seconds=round(time.monotonic() - started, 3),
-        embedder=None if e is None else {"name": e.name, "dim": e.dim, "model": e.model},
-    )
+        applied = dict.fromkeys((info.id for info in infos), 0)
+        if here:
+            done = _build_here(svc, here, progress, retry, batch_size, started)
+            applied.update(dict.fromkeys((info.id for info in here), done))
+        for info in infos:
+            if info not in here:
+                applied[info.id] = _follow_worker(svc, info, progress, wait_s, started)
+        results = []
+        for info in infos:
+            projection = svc.stores.projection(info) if info in here else None
+            previous, during = swap_to(svc, info, projection, wait_s=wait_s, retry=retry)
+            e = info.embedder
+            results.append(
+                SwapResult(
+                    projection=info.name,
+                    serving=info.version,
+                    previous=previous,
+                    events=applied[info.id] + during,
+                    seconds=round(time.monotonic() - started, 3),
+                    embedder=None if e is None else {"name": e.name, "dim": e.dim, "model": e.model},
+                )
+            )
+    return results
 
 
 @contextmanager
@@ -191,30 +235,30 @@ def _serving_queries(svc: Services, info: VersionInfo) -> Iterator[None]:
 
 def _build_here(
     svc: Services,
-    info: VersionInfo,
+    infos: Sequence[VersionInfo],
     progress: Callable[[RebuildProgress], None] | None,
     retry: RetryPolicy | None,
     batch_size: int,
     started: float,
 ) -> int:
-    """Apply the log to the building version in this process until it reaches the end;
-    returns the records applied."""
-    projection = svc.stores.projection(info)
-    runner = svc.runner_for(projection, retry)
+    """Apply the log to the building versions in this process, in one pass for all of
+    them, until they reach the end; returns the records read."""
+    fan = svc.fan_out([svc.stores.projection(info) for info in infos], retry)
+    label = "+".join(fan.ids)
     applied = 0
 
     def step(n: int) -> None:
         nonlocal applied
         applied += n
         if progress is not None:
-            progress(_progress_of(projection.id, projection.positions(), svc, applied, started))
+            progress(_progress_of(label, fan.positions(), svc, applied, started))
 
     while True:
-        handled = runner.catch_up(svc.log, batch_size, progress=step)
-        if handled == 0 or _progress_of(projection.id, projection.positions(), svc, applied, started).lag == 0:
+        handled = fan.catch_up(svc.log, batch_size, progress=step)
+        if handled == 0 or _progress_of(label, fan.positions(), svc, applied, started).lag == 0:
             break
     if progress is not None:
-        progress(_progress_of(projection.id, projection.positions(), svc, applied, started))
+        progress(_progress_of(label, fan.positions(), svc, applied, started))
     return applied
 
 
@@ -289,7 +333,9 @@ def swap_to(
         while True:
             if projection is not None:
                 applied += svc.runner_for(projection, retry).catch_up(svc.log)
-            behind = _behind(conn, info.id, frozen)
+                while isinstance(projection, VectorsProjection) and projection.embed_pending():
+                    pass  # writes its worker queued for embedding: points before the swap
+            behind = _behind(conn, info, frozen)
             if not behind:
                 break
             if projection is not None or time.monotonic() > deadline:
@@ -304,10 +350,14 @@ def swap_to(
     return old.version, applied
 
 
-def _behind(conn: psycopg.Connection, projection_id: str, frozen: dict[int, int]) -> dict[int, int]:
-    """Partitions where ``projection_id`` has applied less than ``frozen`` (read on a
-    fresh snapshot: the caller's transaction is READ COMMITTED)."""
-    mine = base.load_positions(conn, projection_id)
+def _behind(conn: psycopg.Connection, info: VersionInfo, frozen: dict[int, int]) -> dict[int, int]:
+    """Partitions where ``info``'s version has applied less than ``frozen`` (read on a
+    fresh snapshot: the caller's transaction is READ COMMITTED); for vectors, what it has
+    applied is what has its points (none still queued for embedding)."""
+    if info.name == "vectors":
+        mine = visible_positions(conn, info.id, info.version)
+    else:
+        mine = base.load_positions(conn, info.id)
     return {p: o for p, o in frozen.items() if mine.get(p, -1) < o}
 
 

@@ -37,8 +37,9 @@ def test_write_recall_erase_trace_replay(embedded_cli: Cli) -> None:
         "log",
         "dlq",
     }
-    for projection in ("facts", "vectors", "cache", "summaries"):
-        embedded_cli.json("replay", projection)
+    replayed = embedded_cli.json("replay", "all")  # the four in one pass over the log
+    assert [r["projection"] for r in replayed] == ["facts", "vectors", "cache", "summaries"]
+    assert all(r["serving"] == 2 and r["events"] > 0 for r in replayed)
     assert embedded_cli.json("trace", request)["verdict"] == "complete"
     ids = [
         i["memory_id"] for i in embedded_cli.json("recall", "alice", "Dvorak keyboard", "--purpose", PURPOSE)["items"]

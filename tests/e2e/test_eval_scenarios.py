@@ -112,8 +112,7 @@ def test_scenarios_through_kafka_projected_in_process_and_after_replay(kafka_cli
     assert before["facts"] and before["facts_conflicts"] and before["summaries"]
     print(f"recalls with items: {sum(1 for r in recalled if r)} of {len(recalled)}")
     assert sum(1 for r in recalled if r) >= len(recalled) // 2  # not a comparison of empty lists
-    for projection in ("facts", "summaries", "vectors", "cache"):
-        kafka_cli.run("replay", projection, "--json", timeout_s=300)
+    kafka_cli.run("replay", "all", "--json", timeout_s=300)
     serving = {v["id"] for v in kafka_cli.json("versions") if v["state"] == "serving"}
     assert serving == {"facts_v2", "summaries_v2", "vectors_v2", "cache_v3"}  # cache was replayed above too
     assert _tables(dsn) == before  # version 2, rebuilt from offset 0, equals version 1 row for row

@@ -8,8 +8,10 @@ means it caught up without meeting an erasure.
 - facts, summaries (Postgres): the erasure's rows are deleted and its receipt written
   inside the batch's transaction, then the process exits before the commit: Postgres
   rolls the whole transaction back when the connection drops.
-- vectors, cache: the index points are deleted / the cache entries dropped, then the
-  process exits before ``commit_positions`` stores the receipt and positions.
+- vectors: the index points are deleted inside the batch's transaction (receipt and
+  positions are written in it), then the process exits before the commit.
+- cache: the cache entries are dropped, then the process exits before
+  ``commit_positions`` stores the receipt and positions.
 """
 
 from __future__ import annotations
@@ -29,16 +31,16 @@ CRASHED = 137
 def main(name: str) -> int:
     svc = build(projections=(name,))
     projection: Any = svc.projections[name]
-    if name in ("facts", "summaries"):
-        apply_one = projection._apply_one
+    if name in ("facts", "summaries", "vectors"):
+        apply_events = projection._apply_events
 
-        def crash_after_apply(conn: Any, event: Event, position: LogPosition) -> None:
-            apply_one(conn, event, position)
-            if isinstance(event, ErasureRequested):
+        def crash_after_apply(conn: Any, todo: Sequence[tuple[Event, LogPosition]], *args: Any) -> None:
+            apply_events(conn, todo, *args)
+            if any(isinstance(e, ErasureRequested) for e, _ in todo):
                 sys.stdout.flush()
-                os._exit(CRASHED)  # inside the open transaction
+                os._exit(CRASHED)  # inside the open transaction (vectors: after the index writes)
 
-        projection._apply_one = crash_after_apply
+        projection._apply_events = crash_after_apply
     else:
         commit = projection.commit_positions
 

@@ -34,6 +34,9 @@ def test_bench_replay_reads_and_replays_every_produced_event(
     assert out["replay_all"]["events"] == produced
     assert list(out["replay_all"]["projections"]) == list(PROJECTION_NAMES)
     assert out["embedder"].startswith("hashing")
+    assert out["embedder_alone"]["texts"] > 0
+    # the vectors projection replayed again with the same embedder reuses every vector
+    assert out["replay_vectors_again"]["events"] == produced and out["replay_vectors_again"]["embedded"] == 0
     assert {"produce via ledger", "raw kafka-python read", "replay facts"} <= stages
     text = render(out)
     assert "(baseline)" in text and "replay facts alone" in text and "summaries" in text

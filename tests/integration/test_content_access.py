@@ -6,14 +6,19 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from psycopg_pool import ConnectionPool
 
-from contracts import utc_now
+from contracts import EraseMemories, ErasureRequested, MemoryWritten, decode_event, utc_now
 from ledger import state
 from ledger.crypto import Keyring
+from ledger.eventlog import read_all
 from projections.base import ContentAccess
+from projections.opening import Opened
+from tests.builders import memory_write
+from workers.bootstrap import Services
 
 pytestmark = pytest.mark.integration
 
@@ -68,3 +73,31 @@ def test_a_missing_key_of_an_old_event_is_not_waited_for(
     with caplog.at_level(logging.INFO, logger="projections.base"):
         assert content.open("01a22800-0000-7000-8000-00000000beef", lost, occurred_at=an_hour_ago) is None
     assert "does not exist (the key store was restored" in caplog.text and "never appeared" not in caplog.text
+
+
+def test_a_batch_is_opened_with_one_tombstone_query_and_one_key_query(svc: Services) -> None:
+    principal = svc.principal()
+    kept = svc.ledger.write(principal, memory_write(content="Alice prefers tea", key="drink"))
+    erased = svc.ledger.write(principal, memory_write(content="Alice's locker code is 4471"))
+    svc.ledger.erase(principal, EraseMemories(subject_id="alice", memory_ids=(erased.memory_id,), reason="asked"))
+    events = [e for r in read_all(svc.log) if not isinstance(e := decode_event(r.value), ErasureRequested)]
+    content = ContentAccess(svc.pool, svc.keyring, missing_key_wait_s=0.2)
+    with svc.pool.connection() as conn:
+        queries: list[str] = []
+        original = conn.execute
+
+        def counting(query: Any, *args: Any, **kwargs: Any) -> Any:
+            queries.append(str(query))
+            return original(query, *args, **kwargs)
+
+        conn.execute = counting  # type: ignore[method-assign]
+        opened = content.open_events(events, conn)
+    assert len(queries) == 2, queries  # the tombstones of the batch, then its data keys
+    by_memory = {e.memory_id: opened.of(e) for e in events if isinstance(e, MemoryWritten)}
+    text = by_memory[kept.memory_id]
+    assert text.text == "Alice prefers tea" and text.personal is not None and text.personal.key == "drink"
+    assert by_memory[erased.memory_id] == Opened(None)
+    assert opened.erased == {erased.memory_id}
+    assert [opened.of(e).text for e in events if isinstance(e, MemoryWritten)] == [
+        content.open(e.memory_id, e.memory.content) for e in events if isinstance(e, MemoryWritten)
+    ]

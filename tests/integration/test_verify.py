@@ -12,12 +12,16 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from contracts import EraseMemories
+from contracts import EraseMemories, MemoryWritten, decode_event, encode_event, touched_memories
+from ledger.eventlog import read_all
+from projections import marks
+from projections.facts import FactsProjection
 from projections.verify import Difference, VerifyReport, render_value, verify_postgres, verify_vectors
 from tests.builders import memory_write
 from tests.integration.ledger_history import History, make_history
@@ -67,6 +71,7 @@ def fingerprint(text: str) -> str:
 def test_after_normal_operation_the_live_projection_equals_the_fold(svc: Services, history: History, name: str) -> None:
     report = check(svc, name)
     assert report.differences == [] and report.pending == [] and report.warnings == []
+    assert report.reference_differences == [] and report.reference_pending == []  # the specification agrees too
     assert report.ok and report.subjects_differing == 0
     if name == "vectors":  # every point's vector is compared, live and fold
         assert svc.index is not None and report.rows_compared == 2 * svc.index.count() > 0
@@ -97,8 +102,10 @@ def test_a_tampered_content_is_reported_as_that_column_with_fingerprints_only(sv
         )
     ]
     assert report.subjects_differing == 1 and not report.ok
+    assert report.reference_differences == [replace(report.differences[0], against="reference")]
     text = report.render() + json.dumps(report.to_dict())
     assert "tea" not in text and "Kubernetes" not in text
+    assert f"{history.active} content: live {fingerprint('Alice prefers tea')} | reference" in report.render()
 
 
 def test_a_deleted_row_and_a_changed_history_row_are_reported_exactly(svc: Services, history: History) -> None:
@@ -172,6 +179,58 @@ def test_a_projection_that_is_behind_is_folded_up_to_its_own_position(svc: Servi
     svc.catch_up()
     caught_up = check(svc, "facts")
     assert caught_up.ok and caught_up.pending == []
+
+
+def test_a_bug_in_the_shared_apply_code_is_found_by_the_reference_only(
+    svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a facts projection that forgets reinforcements, live and in verify's own fold alike
+    monkeypatch.setattr(FactsProjection, "_reinforced", lambda self, conn, e: None)
+    h = make_history(svc)
+    svc.catch_up()
+    report = check(svc, "facts")
+    assert report.differences == []  # the fold repeats the bug
+    assert {(d.table, d.key, d.column) for d in report.reference_differences} == {
+        ("facts_v1", h.active, "revision"),  # (its confidence was 1.0 already)
+        ("facts_v1", h.active, "updated_at"),
+    }
+    assert not report.ok and all(d.against == "reference" for d in report.reference_differences)
+    assert f"DIFF facts_v1 subject alice {h.active} revision: live 1 | reference 2" in report.render()
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["guarded", "unguarded"])
+def test_a_duplicate_write_in_the_log_after_its_supersession(
+    svc: Services, history: History, monkeypatch: pytest.MonkeyPatch, guarded: bool
+) -> None:
+    """Issue 11, case 2: a ``MemoryWritten`` appended again after the memory's
+    supersession. With the revision guards it changes nothing and verify agrees on both
+    sides; without them (the vectors projection as it was) the point comes back, live and
+    in verify's own fold, and only the reference says so."""
+    if not guarded:
+        monkeypatch.setattr(marks.MarkBook, "fresh", lambda self, event: touched_memories(event))
+    [written] = [
+        r
+        for r in read_all(svc.log)
+        if (e := decode_event(r.value)).type == "MemoryWritten" and e.memory_id == history.superseded
+    ]
+    assert isinstance(decode_event(written.value), MemoryWritten)
+    svc.log.append(written.key, encode_event(decode_event(written.value)))
+    svc.catch_up()
+    report = check(svc, "vectors")
+    # (unguarded, the marks go back and forth: only the points matter here)
+    assert [d for d in report.differences if not d.table.startswith("revision_marks")] == []
+    collection = svc.index.collection if svc.index is not None else ""
+    if guarded:
+        assert report.ok and report.reference_differences == []
+        assert svc.index is not None and svc.index.retrieve([history.superseded]) == {}
+    else:
+        assert (
+            Difference(
+                collection, "alice", history.superseded, history.superseded, "(row)", "present", None, "reference"
+            )
+            in report.reference_differences
+        )
+        assert not report.ok
 
 
 def test_render_value_never_shows_content_and_cuts_long_values() -> None:

@@ -24,7 +24,7 @@ from projections.verify import verify_postgres
 from tests.builders import PURPOSE, memory_write
 from tests.integration.conftest import local_settings
 from workers.bootstrap import Services, build
-from workers.versioning import RebuildProgress, rebuild, retire, rollback
+from workers.versioning import RebuildProgress, rebuild, rebuild_many, retire, rollback
 
 pytestmark = pytest.mark.integration
 
@@ -163,7 +163,12 @@ def test_facts_rebuild_under_write_load_with_an_erasure_then_rollback_and_retire
                 load.erase_now.set()
                 assert load.erased.wait(30), f"the writer did not apply the erasure: {load.failures}"
                 mid_rebuild.append(p.position)
-            time.sleep(0.05)  # a rebuild slow enough to overlap with many writes and recalls
+            # a rebuild slow enough to overlap with many writes and recalls, however fast it
+            # applies: two writes for each of its first batches (or 5 s, if the writer is stuck)
+            deadline = time.monotonic() + 5
+            wanted = min(2 * len(seen), 24)
+            while len(load.applied) < wanted and time.monotonic() < deadline and not load.failures:
+                time.sleep(0.01)
 
         mid_rebuild: list[int] = []
         # the load runs before, during and after the rebuild; counted in writes, not in seconds,
@@ -343,12 +348,29 @@ def test_vectors_rebuild_with_another_embedder_serves_queries_with_its_model(svc
         local.close()
 
 
-def test_cache_and_summaries_rebuild_switch_prefix_and_view(svc: Services) -> None:
+def test_a_vectors_rebuild_with_the_same_embedder_reuses_the_serving_vectors(svc: Services) -> None:
+    ids = [write(svc, f"Alice keeps note {n} about the garden") for n in range(3)]
+    svc.catch_up()
+    recording = Recording(svc.stores.embedder("hashing"))
+    svc.stores.add_embedder("hashing", recording)  # what the new version embeds with
+
+    assert rebuild(svc, "vectors").serving == 2
+
+    assert recording.texts == []  # every text had a point of the same model and fingerprint in v1
+    v1, v2 = svc.stores.index(1).retrieve(ids), svc.stores.index(2).retrieve(ids)
+    assert {m: p.payload for m, p in v1.items()} == {m: p.payload for m, p in v2.items()} and len(v2) == 3
+
+
+def test_cache_and_summaries_rebuild_switch_prefix_and_view_in_one_pass(svc: Services) -> None:
     write(svc, "Alice drinks green tea")
     svc.catch_up()
     assert svc.recall.recall(svc.principal(), "alice", PURPOSE, "green tea", utc_now()).items
-    rebuild(svc, "cache")
-    rebuild(svc, "summaries")
+    for names, to_version, embedder in ((["cache", "summaries"], 2, None), (["cache", "cache"], None, None)):
+        with pytest.raises(VersionError):  # one version number for two projections; a name twice
+            rebuild_many(svc, names, to_version, embedder)
+    with pytest.raises(VersionError, match="embedder"):
+        rebuild_many(svc, ["cache", "summaries"], embedder="hashing")
+    assert [r.projection for r in rebuild_many(svc, ["cache", "summaries"])] == ["cache", "summaries"]
     route = svc.stores.route()
     assert route.cache is not None and route.cache.prefix == "memledger:cache_v2:"
     assert "summaries_v2" in view_source(svc, "summaries")

@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 
 from ledger.crypto import new_master_key
+from projections import embedding_queue
 from workers.bootstrap import Services, build
 from workers.settings import Settings
 
@@ -128,6 +129,12 @@ def wait_caught_up(svc: Services, names: tuple[str, ...], timeout_s: float, prog
             rows = conn.execute('SELECT projection, partition, "offset" FROM projection_positions').fetchall()
         done = {(p, part): off for p, part, off in rows}
         serving = svc.stores.serving()
+        if "vectors" in names:  # caught up once every write has its point, none queued for embedding
+            with svc.pool.connection() as conn:
+                first = embedding_queue.first_pending(conn, serving["vectors"].version)
+            for part, offset in first.items():
+                key = (serving["vectors"].id, part)
+                done[key] = min(done.get(key, -1), offset - 1)
         applied = min(
             sum(min(end, done.get((serving[n].id, part), -1) + 1) for part, end in ends.items()) for n in names
         )

@@ -47,7 +47,8 @@ def bench_erasure(
     projection reaches the erasure in log order). The write load's own projection lag
     (ack -> facts and vectors positions cover it) is measured in the same run.
 
-    Returns milliseconds; ``not_complete_within_120s`` counts erasures that never completed.
+    Returns milliseconds; ``not_complete_within_120s`` counts erasures that never completed;
+    ``receipt_p99_ms`` is, per store, the p99 of request -> receipt (``trace``'s latency).
     """
     svc = services_for(env)  # not the vectors owner: probes go to the worker's query endpoint
     worker = start_worker(env, Path(env["MEMLEDGER_DATA_DIR"]) / "worker-erasure.log")
@@ -57,6 +58,7 @@ def bench_erasure(
     complete_at: dict[str, float] = {}
     absent_at: dict[str, float] = {}
     probe_periods: list[float] = []
+    receipts: dict[str, list[float]] = {}
     stop = threading.Event()
     try:
         principal = svc.principal()
@@ -92,6 +94,9 @@ def bench_erasure(
                     if report.verdict == "complete":
                         complete_at[request_id] = now
                         absent_at.setdefault(request_id, now)
+                        for store in report.stores:  # request -> that store's receipt, as trace reports it
+                            if store.latency_s is not None:
+                                receipts.setdefault(store.store, []).append(store.latency_s * 1000)
                 if pending:
                     probe_periods.append(time.perf_counter() - started)
                 time.sleep(0.01)
@@ -157,6 +162,7 @@ def bench_erasure(
         "erasure_p99_ms": pct(latencies, 99),
         "erasure_max_ms": pct(latencies, 100),
         "probe_period_ms": pct([t * 1000 for t in probe_periods], 50),
+        "receipt_p99_ms": {store: pct(ms, 99) for store, ms in sorted(receipts.items())},
     }
 
 

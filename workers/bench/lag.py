@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from projections import embedding_queue
 from workers.bench.env import Progress, services_for, start_worker, stop_worker, wait_caught_up
 from workers.bench.figures import Figure
 from workers.bench.load import command, paced, percentile
@@ -29,7 +30,9 @@ Position = tuple[int, int]
 
 class VisibilityProbe:
     """Polls ``projection_positions`` every 5 ms and records, per projection name, when
-    each acknowledged position was first covered by that projection's serving version.
+    each acknowledged position was first covered by that projection's serving version
+    (for vectors: when every write up to it has its point, none still queued for
+    embedding).
 
     ``acked`` maps a position to its acknowledgement time, ``visible[name]`` to the time
     it was seen applied (``time.perf_counter`` seconds)."""
@@ -38,6 +41,8 @@ class VisibilityProbe:
         serving = svc.stores.serving()
         self._svc = svc
         self._ids = {name: serving[name].id for name in names}
+        # a write is visible in vectors once its point is there, not once it is queued for embedding
+        self._vectors = serving["vectors"].version if "vectors" in names else None
         self.acked: dict[Position, float] = {}
         self.visible: dict[str, dict[Position, float]] = {name: {} for name in names}
         self._stop = threading.Event()
@@ -66,6 +71,10 @@ class VisibilityProbe:
                 ).fetchall()
                 now = time.perf_counter()
                 pos = {(p, part): off for p, part, off in rows}
+                if self._vectors is not None:
+                    vid = self._ids["vectors"]
+                    for part, first in embedding_queue.first_pending(conn, self._vectors).items():
+                        pos[(vid, part)] = min(pos.get((vid, part), -1), first - 1)
                 for name, pid in self._ids.items():
                     seen = self.visible[name]
                     for key in [k for k in list(self.acked) if k not in seen]:

@@ -232,6 +232,19 @@ def bench_rejoin_cmd(
     report(as_json, out, rejoin_figures(out), lambda: json.dumps(out, indent=2))
 
 
+def bench_embedder_cmd(
+    texts: Annotated[int, typer.Option(help="texts to embed with each setting")] = 400,
+    as_json: JsonOpt = False,
+) -> None:
+    """MiniLM with 1 intra-op thread next to one thread per core, alone and beside a
+    CPU-bound process (what the other processes on the machine get done meanwhile)."""
+    from workers.bench.embedder import bench_embedder, embedder_figures
+
+    with progress_bar(not as_json) as progress:
+        out = bench_embedder(texts, progress)
+    report(as_json, out, embedder_figures(out), lambda: json.dumps(out, indent=2))
+
+
 def bench_append_cmd(
     events: Annotated[int, typer.Option(help="events to append")] = 20_000,
     batch: Annotated[int, typer.Option(help="commands per ledger batch")] = 500,
@@ -301,4 +314,5 @@ def register(app: typer.Typer) -> None:
     bench_app.command("rejoin")(bench_rejoin_cmd)
     bench_app.command("replay")(bench_replay_cmd)
     bench_app.command("serve")(bench_serve_cmd)
+    bench_app.command("embedder")(bench_embedder_cmd)
     app.add_typer(bench_app, name="bench")

@@ -81,7 +81,9 @@ def trace_cmd(
 
 def lag(as_json: JsonOpt = False) -> None:
     """Records each projection version (building, serving, previous) has not applied yet,
-    per partition, and the partitions where it stopped at an erasure it cannot read."""
+    per partition, and the partitions where it stopped at an erasure it cannot read; for
+    vectors also the writes applied in log order whose vectors are still being computed
+    (queued)."""
     from workers.gateway.positions import lag as lag_of
 
     with services(own_vectors=False) as svc:
@@ -90,9 +92,9 @@ def lag(as_json: JsonOpt = False) -> None:
 
 
 def _lag_text(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'projection':<14} {'state':<9} {'lag':>8}"]
+    lines = [f"{'projection':<14} {'state':<9} {'lag':>8} {'queued':>8}"]
     for r in rows:
-        lines.append(f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8}")
+        lines.append(f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8} {r['queued_for_embedding']:>8}")
         lines += [f"  {_stall_line(s)}" for s in r["stalled"]]
     return "\n".join(lines)
 

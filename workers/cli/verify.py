@@ -1,4 +1,5 @@
-"""``memledger verify PROJECTION``: compare a live projection with a fresh fold of the log."""
+"""``memledger verify PROJECTION``: compare a live projection with a fresh fold of the log
+(its own apply code) and with the reference fold (``projections.reference``)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ def verify(
 ) -> None:
     """Fold the log up to the serving version of PROJECTION's stored positions into a
     scratch target with the projection's own code and compare it with that version: per-subject checksums,
-    then every differing row and column (memory text only as a fingerprint). Exit status
-    1 when they differ. In distributed mode, checking vectors needs the vectors worker
+    then every differing row and column (memory text only as a fingerprint); compare the
+    version with the reference fold of the same records too (the specification, sharing no
+    apply code). Exit status 1 when either differs. In distributed mode, checking vectors needs the vectors worker
     (or a Qdrant server) to read the live points."""
     name = projection.split("_v")[0]
     if name not in (*VERIFIABLE, "all"):

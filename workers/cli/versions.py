@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from projections import versions
 from projections.embedding import build_embedder
 from workers.cli.util import emit, services
-from workers.versioning import RebuildProgress, rebuild, retire, rollback
+from workers.versioning import RebuildProgress, rebuild_many, retire, rollback
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 ProjectionArg = Annotated[str, typer.Argument(help="facts | vectors | cache | summaries")]
@@ -66,10 +66,22 @@ def _check_embedder(name: str, embedder: str | None) -> None:
         raise typer.BadParameter(str(exc)) from None
 
 
+def _names(projections: list[str]) -> list[str]:
+    """The projections named (``all``: every one), each once, in the order given."""
+    if projections == ["all"]:
+        return list(versions.NAMES)
+    if "all" in projections:
+        raise typer.BadParameter("projection: 'all' stands alone")
+    return list(dict.fromkeys(_name(p) for p in projections))
+
+
 def replay(
-    projection: ProjectionArg,
+    projections: Annotated[
+        list[str], typer.Argument(help="facts | vectors | cache | summaries (several: one pass) | all")
+    ],
     to_version: Annotated[
-        int | None, typer.Option(help="the version to build (default: one above every existing version)")
+        int | None,
+        typer.Option(help="the version to build (default: one above every existing version; one projection only)"),
     ] = None,
     embedder: Annotated[
         str | None, typer.Option(help="vectors only: embedder of the new collection (default: the serving one's)")
@@ -77,12 +89,19 @@ def replay(
     wait_s: Annotated[float, typer.Option(help="longest wait for a worker at the swap, seconds")] = 120.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rebuild PROJECTION from offset 0 into a new version while the serving one keeps
+    """Rebuild each PROJECTION from offset 0 into a new version while the serving one keeps
     serving, follow the log to its live end, then swap the stable names to it atomically.
-    Progress (position, events/s, lag, time left) goes to stderr. The replaced version is
-    kept until `memledger retire`; `memledger rollback` swaps back."""
-    name = _name(projection)
-    _check_embedder(name, embedder)
+    Several projections (or all) are rebuilt in one pass over the log: each event is read,
+    decoded and opened once for all of them. Progress (position, events/s, lag, time left)
+    goes to stderr. The replaced version is kept until `memledger retire`; `memledger
+    rollback` swaps back. --json prints one object for one projection, a list for several."""
+    names = _names(projections)
+    if to_version is not None and len(names) > 1:
+        raise typer.BadParameter("--to-version: give it with one projection only (each has its own versions)")
+    if embedder is not None and "vectors" not in names:
+        _check_embedder(names[0], embedder)
+    _check_embedder("vectors", embedder)
+    label = "+".join(names)
     with services(projections=()) as svc:
         bar = _bar(not as_json)
         task: TaskID | None = None
@@ -93,7 +112,7 @@ def replay(
             nonlocal task
             if task is None:
                 bar.start()
-                task = bar.add_task(f"replay {name}", total=None, rate="-", lag="-", eta=_eta(None))
+                task = bar.add_task(f"replay {label}", total=None, rate="-", lag="-", eta=_eta(None))
             bar.update(
                 task,
                 description=f"replay {p.projection}",
@@ -105,17 +124,19 @@ def replay(
             )
 
         try:
-            result = rebuild(svc, name, to_version, embedder, progress=show, wait_s=wait_s)
+            results = rebuild_many(svc, names, to_version, embedder, progress=show, wait_s=wait_s)
         finally:
             if task is not None:
                 bar.stop()
+    dicts = [r.to_dict() for r in results]
     emit(
         as_json,
-        result.to_dict(),
-        lambda: (
-            f"{name}_v{result.serving} serves now ({result.events} events in {result.seconds:.1f}s);"
-            f" {name}_v{result.previous} is kept: memledger rollback {name} | memledger retire {name}"
-            f" --version {result.previous}"
+        dicts[0] if len(dicts) == 1 else dicts,
+        lambda: "\n".join(
+            f"{r.projection}_v{r.serving} serves now ({r.events} events in {r.seconds:.1f}s);"
+            f" {r.projection}_v{r.previous} is kept: memledger rollback {r.projection} | memledger retire"
+            f" {r.projection} --version {r.previous}"
+            for r in results
         ),
     )
 

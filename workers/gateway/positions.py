@@ -7,7 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from projections import base, stalls, versions
+from projections import base, embedding_queue, stalls, versions
+from projections.vectors import visible_positions
 from workers import wire
 from workers.bootstrap import Services
 from workers.gateway.errors import InvalidRequestError, UnavailableError
@@ -21,13 +22,18 @@ BEHIND_RETRY_S = 1.0
 
 def behind(svc: Services, at: Sequence[tuple[int, int]], names: Sequence[str]) -> dict[str, tuple[int, int, int]]:
     """The serving versions of ``names`` that have not applied every ``(partition,
-    offset)`` of ``at``: projection id -> (partition, applied offset, offset waited for)."""
+    offset)`` of ``at``: projection id -> (partition, applied offset, offset waited for).
+    A vectors write queued for embedding is not applied yet (``visible_positions``: its
+    point is not there)."""
     out: dict[str, tuple[int, int, int]] = {}
     with svc.pool.connection() as conn:
         serving = versions.serving_all(conn)
         for name in names:
             info = serving[name]
-            done = base.load_positions(conn, info.id)
+            if name == "vectors":
+                done = visible_positions(conn, info.id, info.version)
+            else:
+                done = base.load_positions(conn, info.id)
             for partition, offset in at:
                 if done.get(partition, -1) < offset:
                     out[info.id] = (partition, done.get(partition, -1), offset)
@@ -71,10 +77,12 @@ def wait_applied(svc: Services, at: Sequence[tuple[int, int]], names: Sequence[s
 
 def lag(svc: Services) -> dict[str, Any]:
     """Records each projection version that is not retired has not applied, per partition,
-    and the partitions where it stopped at an erasure it cannot read
-    (``projections.stalls``): ``{"end_offsets": {partition: end}, "projections":
-    [{"projection", "state", "lag", "per_partition", "stalled": [{"projection",
-    "partition", "offset", "reason", "since"}]}]}``."""
+    the partitions where it stopped at an erasure it cannot read (``projections.stalls``)
+    and, for vectors, the writes applied in log order whose vectors are still being
+    computed (``queued_for_embedding``): ``{"end_offsets": {partition: end},
+    "projections": [{"projection", "state", "lag", "per_partition",
+    "queued_for_embedding", "stalled": [{"projection", "partition", "offset", "reason",
+    "since"}]}]}``."""
     ends = svc.log.end_offsets()
     rows = []
     with svc.pool.connection() as conn:
@@ -85,12 +93,14 @@ def lag(svc: Services) -> dict[str, Any]:
             done = base.load_positions(conn, info.id)
             per = {p: max(0, end - (done.get(p, -1) + 1)) for p, end in ends.items()}
             mine = [s.to_dict() for s in stopped if s.projection == info.id]
+            queued = embedding_queue.count(conn, info.version) if info.name == "vectors" else 0
             rows.append(
                 {
                     "projection": info.id,
                     "state": info.state,
                     "lag": sum(per.values()),
                     "per_partition": per,
+                    "queued_for_embedding": queued,
                     "stalled": mine,
                 }
             )

@@ -35,6 +35,7 @@ from projections.errors import VersionError
 from workers.bootstrap import Services, build, vector_query_url
 from workers.live.apply import PartitionStalls, handle_contiguously, record_in
 from workers.live.batches import drain
+from workers.live.embedding import start_embedding
 from workers.live.membership import InstanceSlot
 from workers.settings import Settings
 
@@ -94,7 +95,9 @@ def run_faust(
     positions and the end of the log (a partition that stops at an unreadable erasure
     does not hold up the others). Every ``lane_interval_s`` seconds, between batches (a
     thread of its own, running from the start), its erasure lane purges newly erased
-    memories from the store ahead of log order (``projections.erasure_lane``).
+    memories from the store ahead of log order (``projections.erasure_lane``). A
+    vectors worker queues its writes and embeds them in a thread of its own
+    (``workers.live.embedding``).
 
     Raises:
         VersionError: the registry has no such version, or it is retired.
@@ -113,7 +116,7 @@ def run_faust(
     runner = svc.runner_for(projection)
     lane = lane_for(svc.pool, projection)
     partition_stalls = PartitionStalls(projection.id, record_in(svc.pool))
-    store_lock = threading.Lock()  # the lane and the batches take turns on the store
+    store_lock = threading.Lock()  # the lane, the batches and the embedding take turns on the store
     datadir = settings.data_dir / "faust" / projection.id
     datadir.mkdir(parents=True, exist_ok=True)
     server = _maybe_serve_vectors(svc, name, version)
@@ -161,6 +164,7 @@ def run_faust(
     lane_thread.start()  # from the start: not only once the consumer group has assigned partitions
     # the consumer group's offsets may be ahead of this projection's own positions (a
     # Postgres restored from a backup): apply what the positions say is missing first
+    embedding = start_embedding(projection, store_lock)  # vectors: writes queued, embedded in a thread
     caught_up = runner.catch_up(svc.log, batch_size, lock=store_lock, on_stall=partition_stalls.note)
     if caught_up:
         log.warning("%s: applied %d records between its stored positions and the log's end", projection.id, caught_up)
@@ -173,6 +177,8 @@ def run_faust(
         worker.execute_from_commandline()
     finally:
         stop_lane.set()
+        if embedding is not None:
+            embedding.set()
         if server is not None:
             server.stop()
         if slot is not None:

@@ -13,7 +13,9 @@ from typing import Any
 from contracts import Event
 from ledger.eventlog import DeadLetter, DeadLetterQueue, EventLog, LogPosition, LogRecord
 from projections.base import Projection
+from projections.opening import OpenedContent
 from projections.recall import Recall, RecallResult
+from projections.runner import apply_batch_to
 from workers.metrics import families
 
 
@@ -124,15 +126,11 @@ class MeteredProjection:
     def apply(self, event: Event, position: LogPosition) -> None:
         self.apply_batch([(event, position)])
 
-    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]]) -> None:
-        """The wrapped projection's ``apply_batch`` (or ``apply`` one by one when it has none)."""
+    def apply_batch(self, items: Sequence[tuple[Event, LogPosition]], opened: OpenedContent | None = None) -> None:
+        """The wrapped projection's ``apply_batch`` (given ``opened``, the content a pass
+        opened once, when it reads text), or ``apply`` one by one when it has none."""
         started = time.perf_counter()
-        batch = getattr(self.inner, "apply_batch", None)
-        if batch is not None:
-            batch(items)
-        else:
-            for event, position in items:
-                self.inner.apply(event, position)
+        apply_batch_to(self.inner, items, opened)
         families.BATCH_SECONDS.labels(self.inner.id).observe(time.perf_counter() - started)
         families.RECORDS_APPLIED.labels(self.inner.id).inc(len(items))
 

@@ -393,13 +393,15 @@ class StalledPartition(Response):
 
 
 class ProjectionLag(Response):
-    """Records a projection version has not applied: in all and per partition, and the
+    """Records a projection version has not applied: in all and per partition, the
+    writes it applied whose vectors are still being computed (vectors only), and the
     partitions where it stopped."""
 
     projection: str
     state: str
     lag: int
     per_partition: dict[int, int]
+    queued_for_embedding: int = 0
     stalled: list[StalledPartition] = Field(default_factory=list)
 
 
