@@ -23,6 +23,7 @@ have applied the store's own writes):
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ from workers.client.calls import Call
 from workers.langgraph_store import filters, namespaces, values
 from workers.langgraph_store.errors import InvalidValueError, NamespaceError
 from workers.langgraph_store.namespaces import Address, Prefix
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Step = Generator[Call[Any], Any, T]
@@ -256,6 +259,8 @@ class _Search(_Step):
             result: wire.RecallResult = yield calls.recall(
                 p.subject_id, op.query, p.purpose, k, None, (), False, session.after(), cfg.wait_timeout_s
             )
+            if result.degraded:
+                log.warning("recall for %s left out %s: a store did not answer", p.subject_id, result.degraded)
             hits = [h for h in _flat(result.items) if self._keeps(h)]
             if len(hits) >= need or len(result.items) < k or k >= MAX_K:
                 return hits
