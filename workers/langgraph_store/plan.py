@@ -152,23 +152,25 @@ class _Step:
 
 
 @dataclass(frozen=True)
-class _Put(_Step):
-    """A put of the item at ``address``: ``memory`` is its new revision. Puts run in
-    batches (``batch``), not one by one."""
+class _AtItem(_Step):
+    """An operation on one item: its namespace and key, and its ledger address."""
 
     namespace: tuple[str, ...]
     key: str
     address: Address
+
+
+@dataclass(frozen=True)
+class _Put(_AtItem):
+    """A put of the item: ``memory`` is its new revision. Puts run in batches
+    (``batch``), not one by one."""
+
     memory: wire.WriteMemory
 
 
 @dataclass(frozen=True)
-class _Delete(_Step):
-    """A delete of the item at ``address``: an erasure of every revision (its source)."""
-
-    namespace: tuple[str, ...]
-    key: str
-    address: Address
+class _Delete(_AtItem):
+    """A delete of the item: an erasure of every revision (by its source)."""
 
     def run(self, cfg: Config, session: Session) -> Step[Result]:
         yield from self.erase(session)
@@ -204,10 +206,8 @@ def erase(namespace: tuple[str, ...], key: str, session: Session) -> Step[Erasur
 
 
 @dataclass(frozen=True)
-class _Get(_Step):
-    namespace: tuple[str, ...]
-    key: str
-    address: Address
+class _Get(_AtItem):
+    """A get of the item: its live, unexpired memory."""
 
     def run(self, cfg: Config, session: Session) -> Step[Result]:
         a = self.address
