@@ -119,7 +119,6 @@ def batch(ops: Sequence[Op], cfg: Config, session: Session, now: datetime) -> St
 
     Raises:
         NamespaceError, InvalidValueError: a bad operation (before anything is sent).
-        UnsupportedError: never here (the store's configuration is checked when it is made).
         workers.client.ApiError: the server's refusal of a step (``Forbidden`` for a
             subject outside the key's grants); the steps before it took effect.
     """
