@@ -231,7 +231,14 @@ class Ledger:
 
     # -- commands ---------------------------------------------------------------------
 
-    def write(self, principal: Principal, cmd: MemoryWrite, correlation_id: str | None = None) -> CommandResult:
+    def write(
+        self,
+        principal: Principal,
+        cmd: MemoryWrite,
+        correlation_id: str | None = None,
+        *,
+        supersede_key: bool = False,
+    ) -> CommandResult:
         """Record a memory (a ``summary`` becomes ``SummaryDerived``).
 
         The rules of the memory's slot (same subject, purpose, scope and ``key``):
@@ -250,32 +257,53 @@ class Ledger:
           other live memories of its slot, as ``confirm`` would: the log itself records the
           confirmation, and a replay folds the same two events into the same rows.
 
+        ``supersede_key`` makes the write an explicit replacement of its slot, as
+        ``supersede`` is of one memory: the live memories of the slot, whatever their
+        source, are superseded by the new one, and the same statement again is a new
+        memory that supersedes the old one, not a reinforcement (a key-value store's put:
+        the value and its retention are the ones given). It needs a ``key``.
+
         Raises:
             NotAuthorisedError: no ``write`` grant for ``cmd.subject_id``.
-            InvalidCommandError: the retention policy of the memory's class refuses it
-                (``retention.expires_at`` not in the future or beyond the class
-                maximum, ``provenance.consent_ref`` missing), or a
-                ``provenance.derived_from`` id unknown for this subject or erased.
+            InvalidCommandError: ``supersede_key`` without a ``key``; the retention
+                policy of the memory's class refuses it (``retention.expires_at`` not
+                in the future or beyond the class maximum, ``provenance.consent_ref``
+                missing), or a ``provenance.derived_from`` id unknown for this subject
+                or erased.
             NotWrittenError, AcknowledgementLostError, OutcomeUnknownError: PostgreSQL or
                 the log failed; see ``Ledger._execute`` for what each means.
         """
-        return self.write_many(principal, [cmd], correlation_id)[0]
+        return self.write_many(principal, [cmd], correlation_id, supersede_key=[supersede_key])[0]
 
     @retry_aborted
     def write_many(
-        self, principal: Principal, cmds: Sequence[MemoryWrite], correlation_id: str | None = None
+        self,
+        principal: Principal,
+        cmds: Sequence[MemoryWrite],
+        correlation_id: str | None = None,
+        *,
+        supersede_key: Sequence[bool] = (),
     ) -> list[CommandResult]:
-        """Write several memories in one transaction and one log batch (all or none).
-        Raises as ``write``."""
-        for cmd in cmds:
+        """Write several memories in one transaction and one log batch (all or none), in
+        order; ``supersede_key[i]`` is ``write``'s ``supersede_key`` for ``cmds[i]``
+        (default: false for every one). Raises as ``write``."""
+        explicit = list(supersede_key) or [False] * len(cmds)
+        if len(explicit) != len(cmds):
+            raise ValueError("supersede_key: give one flag per command")
+        for cmd, replaces in zip(cmds, explicit, strict=True):
             principal.require("write", cmd.subject_id)
+            if replaces and cmd.key is None:
+                raise InvalidCommandError("supersede_key", "needs a key: the slot whose live memories it supersedes")
         now = self._clock()
         corr = correlation_id or new_id()
         recorded: list[tuple[str, list[Event]]] = []
 
         def decide(conn: psycopg.Connection) -> _Decision:
             hints = _BatchHints.read(conn, cmds, self._statement_hmac)
-            recorded[:] = [self._record(conn, self.policy.apply(cmd, now), now, corr, hints=hints) for cmd in cmds]
+            recorded[:] = [
+                self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=replaces, hints=hints)
+                for cmd, replaces in zip(cmds, explicit, strict=True)
+            ]
             only = recorded[0][0] if len(recorded) == 1 else None
             return _Decision([e for _, events in recorded for e in events], memory_id=only)
 

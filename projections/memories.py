@@ -11,7 +11,10 @@ returned to every caller allowed to list. History rows keep ids, times, event ty
 producers and log positions only (no content, no fingerprint).
 
 Pagination is by keyset on ``memory_id`` (UUIDv7, so in write order): ``after`` is the
-last id of the previous page.
+last id of the previous page. A listing may be narrowed to one purpose, to keys that
+start with a prefix (a key-value reader's namespace) and to memories not expired at a
+given time (what recall may return, swept or not); each keyed memory carries
+``first_written_at``, when its key was first given a value of those still held.
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ class MemoryEntry:
     the memory that replaced this one, ``supersedes`` the ones this one replaced;
     ``content`` is ``None`` unless asked for, or when the text may no longer be read
     (revoked, expired, erased). ``erased_by`` is the erasure request of an erased memory,
-    whose other fields are then unknown (``None``, or empty)."""
+    whose other fields are then unknown (``None``, or empty). ``first_written_at`` is the
+    ``written_at`` of the oldest fact row of the subject with the same purpose, scope and
+    key (superseded rows count; erased, revoked and expired rows have no key any more):
+    since when the key has had a value (``None`` without a key)."""
 
     memory_id: str
     subject_id: str
@@ -64,6 +70,7 @@ class MemoryEntry:
     content: str | None = None
     erased_by: str | None = None
     erased_at: datetime | None = None
+    first_written_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -99,8 +106,18 @@ _COLUMNS = """
 _ERASED_COLUMNS = """
   t.memory_id, t.subject_id, 'erased' AS status, NULL::int, NULL::text, NULL::text, NULL::text, NULL::text,
   NULL::text, NULL::text, NULL::boolean, NULL::float8, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-  NULL::jsonb, NULL::text, NULL::text, t.request_id, t.erased_at
+  NULL::jsonb, NULL::text, NULL::text, t.request_id, t.erased_at, NULL::timestamptz
 """
+
+
+def _facts_select(tables: FactsTables) -> str:
+    """The fact rows' columns (``_COLUMNS``) and ``first_written_at``, from ``tables.facts`` as ``f``."""
+    first = (
+        f"(SELECT min(o.written_at) FROM {tables.facts} o WHERE o.subject_id = f.subject_id"
+        " AND o.purpose = f.purpose AND o.scope_type = f.scope_type AND o.scope_id IS NOT DISTINCT FROM f.scope_id"
+        " AND o.key = f.key) AS first_written_at"
+    )
+    return f"SELECT {_COLUMNS}, {first} FROM {tables.facts} f"
 
 
 def list_memories(
@@ -112,24 +129,49 @@ def list_memories(
     with_content: bool = False,
     limit: int = 100,
     after: str | None = None,
+    purpose: str | None = None,
+    key: str | None = None,
+    key_prefix: str | None = None,
+    unexpired_at: datetime | None = None,
 ) -> MemoryPage:
     """The memories of ``subject_id`` in ``memory_id`` order, at most ``limit`` (1 to
     ``MAX_PAGE``) after the id ``after``: live ones (``active``, ``needs_confirmation``),
-    or with ``include_all`` every status, erased memories included. The caller has
-    authorised the reader. Raises ``ValueError`` (field ``limit``) for a limit outside
-    1..``MAX_PAGE``, and psycopg errors when the facts tables are unreachable."""
+    or with ``include_all`` every status, erased memories included. ``purpose``: only
+    that purpose's; ``key``: only memories with that key; ``key_prefix``: only those
+    whose key starts with it (each of the three leaves erased memories out: they keep
+    none of them); ``unexpired_at`` (aware UTC): only
+    memories whose ``expires_at`` is later, or none. The caller has authorised the
+    reader. Raises ``ValueError`` (field ``limit``) for a limit outside 1..``MAX_PAGE``,
+    and psycopg errors when the facts tables are unreachable."""
     if not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit: must be between 1 and {MAX_PAGE}")
-    params: dict[str, Any] = {"subject": subject_id, "after": after or "", "limit": limit + 1, "live": list(LIVE)}
+    params: dict[str, Any] = {
+        "subject": subject_id,
+        "after": after or "",
+        "limit": limit + 1,
+        "live": list(LIVE),
+        "purpose": purpose,
+        "key": key,
+        "key_prefix": key_prefix,
+        "now": unexpired_at,
+    }
     where = "subject_id = %(subject)s AND memory_id > %(after)s"
-    sql = f"SELECT {_COLUMNS} FROM {tables.facts} WHERE {where}"
-    if include_all:
+    if purpose is not None:
+        where += " AND purpose = %(purpose)s"
+    if key is not None:
+        where += " AND key = %(key)s"
+    if key_prefix is not None:
+        where += " AND starts_with(key, %(key_prefix)s)"
+    if unexpired_at is not None:
+        where += " AND (expires_at IS NULL OR expires_at > %(now)s)"
+    sql = f"{_facts_select(tables)} WHERE {where}"
+    if include_all and purpose is None and key is None and key_prefix is None:
         sql += (
             f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
             f" AND t.memory_id > %(after)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
             " WHERE f.memory_id = t.memory_id)"
         )
-    else:
+    elif not include_all:
         sql += " AND status = ANY(%(live)s)"
     sql = f"SELECT * FROM ({sql}) m ORDER BY memory_id LIMIT %(limit)s"
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -148,7 +190,7 @@ def get_memory(
     no memory of that subject has this id (another subject's memory is not revealed)."""
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
-            f"SELECT {_COLUMNS} FROM {tables.facts} WHERE subject_id = %(subject)s AND memory_id = %(id)s"
+            f"{_facts_select(tables)} WHERE subject_id = %(subject)s AND memory_id = %(id)s"
             f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
             f" AND t.memory_id = %(id)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
             " WHERE f.memory_id = t.memory_id)",
@@ -212,4 +254,5 @@ def _entry(row: dict[str, Any], supersedes: list[str], with_content: bool) -> Me
         content=row["content"] if with_content else None,
         erased_by=row["erased_by"],
         erased_at=row["erased_at"],
+        first_written_at=row["first_written_at"],
     )

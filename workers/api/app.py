@@ -162,8 +162,16 @@ def _v1(gateway: Gateway) -> APIRouter:
         after: Annotated[str | None, Query(max_length=512, description="next_after of the previous page")] = None,
         wait_for: WaitFor = None,
         wait_timeout_s: WaitTimeout = 5.0,
+        purpose: Annotated[str | None, Query(min_length=1, max_length=512, description="only this purpose's")] = None,
+        key: Annotated[str | None, Query(min_length=1, max_length=512, description="only this key's")] = None,
+        key_prefix: Annotated[
+            str | None, Query(min_length=1, max_length=512, description="only keys that start with it")
+        ] = None,
+        unexpired: Annotated[bool, Query(description="leave out what has expired, swept or not")] = False,
     ) -> wire.MemoryPage:
-        """The subject's memories with status, key, revision and what superseded what."""
+        """The subject's memories with status, key, revision and what superseded what;
+        narrowed to a purpose, a key, a key prefix and what has not expired when asked (a
+        purpose, a key or a key prefix leaves erased memories out: they keep none)."""
         return gateway.memories(
             caller,
             subject_id,
@@ -172,6 +180,10 @@ def _v1(gateway: Gateway) -> APIRouter:
             after=after,
             wait_for=parse_positions(wait_for),
             wait_timeout_s=wait_timeout_s,
+            purpose=purpose,
+            key=key,
+            key_prefix=key_prefix,
+            unexpired=unexpired,
         )
 
     @router.get("/subjects/{subject_id}/memories/{memory_id}", response_model=wire.MemoryDetail, tags=["memories"])

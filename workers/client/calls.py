@@ -130,10 +130,23 @@ def _waits(after: Positions, timeout_s: float) -> list[tuple[str, str]]:
 
 
 def memories(
-    subject_id: str, include_all: bool, limit: int, after_id: str | None, after: Positions, timeout_s: float
+    subject_id: str,
+    include_all: bool,
+    limit: int,
+    after_id: str | None,
+    after: Positions,
+    timeout_s: float,
+    purpose: str | None = None,
+    key: str | None = None,
+    key_prefix: str | None = None,
+    unexpired: bool = False,
 ) -> Call[wire.MemoryPage]:
     params = [("all", str(include_all).lower()), ("limit", str(limit))]
     params += [("after", after_id)] if after_id else []
+    params += [("purpose", purpose)] if purpose is not None else []
+    params += [("key", key)] if key is not None else []
+    params += [("key_prefix", key_prefix)] if key_prefix is not None else []
+    params += [("unexpired", "true")] if unexpired else []
     params += _waits(after, timeout_s)
     return Call("GET", f"/v1/subjects/{_p(subject_id)}/memories", TypeAdapter(wire.MemoryPage), params)
 

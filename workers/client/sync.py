@@ -73,6 +73,11 @@ class LedgerClient:
             raise TransportError(f"{call.method} {call.path}: {exc}") from exc
         return decode(call, response)
 
+    def send(self, call: Call[T]) -> T:
+        """Send a prepared ``call`` (``workers.client.calls``), with the same retries and
+        errors as every method; for a caller that builds its requests itself."""
+        return self._send(call)
+
     def write(self, subject_id: str, content: str, purpose: str, **fields: Any) -> wire.CommandAck:
         """Write one memory of ``subject_id``; ``fields`` are those of ``wire.WriteMemory``
         (kind, key, scope, agent, ...). Answered once the log has its events."""
@@ -163,10 +168,20 @@ class LedgerClient:
         after_id: str | None = None,
         after: Positions = None,
         wait_timeout_s: float = 5.0,
+        purpose: str | None = None,
+        key: str | None = None,
+        key_prefix: str | None = None,
+        unexpired: bool = False,
     ) -> wire.MemoryPage:
         """A page of the subject's memories with status, key, revision and supersessions;
-        ``after_id`` is the previous page's ``next_after``."""
-        return self._send(calls.memories(subject_id, include_all, limit, after_id, after, wait_timeout_s))
+        ``after_id`` is the previous page's ``next_after``. ``purpose``: only that
+        purpose's; ``key``: only that key's; ``key_prefix``: only keys that start with it;
+        ``unexpired``: leave out what has expired at the server's now, swept or not."""
+        return self._send(
+            calls.memories(
+                subject_id, include_all, limit, after_id, after, wait_timeout_s, purpose, key, key_prefix, unexpired
+            )
+        )
 
     def memory(
         self, subject_id: str, memory_id: str, *, after: Positions = None, wait_timeout_s: float = 5.0

@@ -214,7 +214,7 @@ class Gateway:
             self._authorise(caller, "write", subject_id)
             self._admit(caller, "write", 1)
             cmd = commands.memory_write(subject_id, req, caller.principal.id)
-            return recorded(lambda: self.svc.ledger.write(caller.principal, cmd))
+            return recorded(lambda: self.svc.ledger.write(caller.principal, cmd, supersede_key=req.supersede_key))
 
     def write_batch(self, caller: Caller, subject_id: str, req: wire.WriteBatch) -> wire.BatchAck:
         """Record several memories of ``subject_id`` in one transaction (all or none);
@@ -224,7 +224,8 @@ class Gateway:
             self._admit(caller, "write", len(req.memories))
             now = utc_now()
             cmds = [commands.memory_write(subject_id, m, caller.principal.id, now) for m in req.memories]
-            return batch_recorded(lambda: self.svc.ledger.write_many(caller.principal, cmds))
+            flags = [m.supersede_key for m in req.memories]
+            return batch_recorded(lambda: self.svc.ledger.write_many(caller.principal, cmds, supersede_key=flags))
 
     def supersede(self, caller: Caller, subject_id: str, memory_id: str, req: wire.Supersede) -> wire.CommandAck:
         """Replace ``memory_id`` with a new memory (see ``wire.Supersede``).
@@ -345,10 +346,16 @@ class Gateway:
         after: str | None = None,
         wait_for: Sequence[wire.LogPosition] = (),
         wait_timeout_s: float = 5.0,
+        purpose: str | None = None,
+        key: str | None = None,
+        key_prefix: str | None = None,
+        unexpired: bool = False,
     ) -> wire.MemoryPage:
         """A page of ``subject_id``'s memories with status, key, revision and what
         superseded what (text only with a read grant); audited as an export. Needs a read
-        or an erase grant. Raises ForbiddenError, NotFoundError, InvalidRequestError, UnavailableError."""
+        or an erase grant. ``purpose``, ``key``, ``key_prefix`` and ``unexpired`` (not
+        expired at the server's UTC now) narrow it (``projections.memories.list_memories``).
+        Raises ForbiddenError, NotFoundError, InvalidRequestError, UnavailableError."""
         with self._guard(caller, subject_id):
             content = self._list_grant(caller, subject_id)
             self._wait(wait_for, ("facts",), wait_timeout_s)
@@ -360,6 +367,10 @@ class Gateway:
                 with_content=content,
                 limit=limit,
                 after=after,
+                purpose=purpose,
+                key=key,
+                key_prefix=key_prefix,
+                unexpired_at=utc_now() if unexpired else None,
             )
             listed = counted(len(page.memories), "memory", "memories")
             reason = f"export: {listed}{' with content' if content else ''}"

@@ -52,7 +52,10 @@ class WriteMemory(Request):
     """A new memory of the URL's subject. ``scope`` is ``subject``, ``document:ID`` or
     ``workspace:ID``; ``agent`` is the calling agent's own label, recorded beside the
     authenticated principal (the ``writer``). ``veracity`` defaults to ``inferred`` for an
-    inference, else ``stated``."""
+    inference, else ``stated``. ``supersede_key``: the memory replaces the live memories
+    of its slot (subject, purpose, scope, ``key``) whatever their source, and the same
+    text again is a new memory, not a reinforcement (an explicit supersession by key, as
+    a key-value store's put); it needs a ``key``."""
 
     content: str = Text
     purpose: str = Ident
@@ -71,6 +74,7 @@ class WriteMemory(Request):
     confidence: float | None = None  # the ledger checks it: a finite number in [0, 1]
     veracity: Veracity | None = None
     agent: str | None = Field(default=None, min_length=1, max_length=512)
+    supersede_key: bool = False
 
 
 class WriteBatch(Request):
@@ -244,7 +248,10 @@ class RecallResult(Response):
 
 class MemoryOut(Response):
     """A memory with its status. ``content``, the scope id and the provenance references
-    only for a caller with a read grant; ``erased_by``/``erased_at`` for an erased one."""
+    only for a caller with a read grant; ``erased_by``/``erased_at`` for an erased one.
+    ``first_written_at``: when the oldest memory of the subject that still holds this
+    one's key in its purpose and scope was written (superseded ones count; erased,
+    revoked and expired ones hold no key): since when the key has had a value."""
 
     memory_id: str
     subject_id: str
@@ -260,6 +267,7 @@ class MemoryOut(Response):
     written_at: datetime | None = None
     updated_at: datetime | None = None
     expires_at: datetime | None = None
+    first_written_at: datetime | None = None
     provenance: dict[str, Any] = Field(default_factory=dict)
     superseded_by: str | None = None
     supersedes: list[str] = Field(default_factory=list)

@@ -1,0 +1,121 @@
+"""A write that supersedes its key (``supersede_key``: a key-value store's put) and the
+listing narrowed to a purpose, a key or a key prefix and to what has not expired, over
+the gateway on the test services."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from contracts import utc_now
+from workers import wire
+from workers.bootstrap import Services
+from workers.gateway import Caller, Gateway, InvalidRequestError
+
+pytestmark = pytest.mark.integration
+
+P = "agent_memory"
+
+
+@pytest.fixture
+def gateway(svc: Services) -> Iterator[Gateway]:
+    gw = Gateway(svc)
+    yield gw
+    gw.close()
+
+
+@pytest.fixture
+def alice(gateway: Gateway) -> Caller:
+    _, token = gateway.keys.create("agent-alice", ("read", "write", "erase"), ["alice"])
+    return gateway.authenticate(token, "test")
+
+
+def put(gateway: Gateway, who: Caller, key: str, content: str, **fields: object) -> wire.CommandAck:
+    memory = wire.WriteMemory.model_validate(
+        {"content": content, "purpose": P, "key": key, "veracity": "inferred", "supersede_key": True} | fields
+    )
+    return gateway.write(who, "alice", memory)
+
+
+def test_supersede_key_replaces_the_slot_whatever_the_source_and_never_reinforces(
+    gateway: Gateway, svc: Services, alice: Caller
+) -> None:
+    first = put(gateway, alice, "drink", "Tea", source_ref="doc-1")
+    # the same text again (only its case differs): a new memory that supersedes, not a reinforcement
+    again = put(gateway, alice, "drink", "tea", expires_at=utc_now() + timedelta(days=3))
+    assert [e.type for e in again.events] == ["MemoryWritten", "MemorySuperseded"]
+    assert again.memory_id != first.memory_id
+    # another source, an inference's veracity: still no conflict, the slot is replaced
+    other = put(gateway, alice, "drink", "coffee", source_ref="doc-2")
+    assert [e.type for e in other.events] == ["MemoryWritten", "MemorySuperseded"]
+    live = svc.ledger.live(svc.principal(), "alice", P, "drink")
+    assert [(m.head.memory_id, m.content, m.head.status) for m in live] == [(other.memory_id, "coffee", "active")]
+
+    batch = gateway.write_batch(
+        alice,
+        "alice",
+        wire.WriteBatch(
+            memories=[
+                wire.WriteMemory(content="green tea", purpose=P, key="drink", supersede_key=True),
+                wire.WriteMemory(content="green tea", purpose=P, key="drink", supersede_key=True),
+            ]
+        ),
+    )
+    assert [[e.type for e in r.events] for r in batch.results] == [["MemoryWritten", "MemorySuperseded"]] * 2
+
+    # without it, the same text again reinforces the live memory, as before
+    plain = gateway.write(alice, "alice", wire.WriteMemory(content="Green tea.", purpose=P, key="drink"))
+    assert [e.type for e in plain.events] == ["MemoryReinforced"]
+    assert plain.memory_id == batch.results[1].memory_id
+
+
+def test_supersede_key_needs_a_key_and_writes_nothing_without_one(
+    gateway: Gateway, svc: Services, alice: Caller
+) -> None:
+    with pytest.raises(InvalidRequestError) as refused:
+        gateway.write(alice, "alice", wire.WriteMemory(content="x", purpose=P, supersede_key=True))
+    assert refused.value.field == "supersede_key" and "needs a key" in refused.value.rule
+    assert svc.ledger.live(svc.principal(), "alice", P, "") == []
+
+
+def test_the_listing_narrowed_to_a_purpose_a_key_a_prefix_and_what_has_not_expired(
+    gateway: Gateway, svc: Services, alice: Caller
+) -> None:
+    first = put(gateway, alice, "lg:a/x", "one")
+    time.sleep(0.01)  # the next revision is written later
+    second = put(gateway, alice, "lg:a/x", "two")
+    put(gateway, alice, "lg:a/y", "three")
+    put(gateway, alice, "lg:b", "four")
+    put(gateway, alice, "lg:a/soon", "five")
+    gateway.write(alice, "alice", wire.WriteMemory(content="elsewhere", purpose="other", key="lg:a/x"))
+    svc.catch_up()
+
+    def keys(**narrow: object) -> list[tuple[str | None, str | None]]:
+        page = gateway.memories(alice, "alice", **narrow)  # type: ignore[arg-type]
+        return sorted((m.key, m.content) for m in page.memories)
+
+    assert keys(purpose=P, key_prefix="lg:a/") == [("lg:a/soon", "five"), ("lg:a/x", "two"), ("lg:a/y", "three")]
+    assert keys(purpose=P, key="lg:a/x") == [("lg:a/x", "two")]
+    assert keys(key="lg:a/x") == [("lg:a/x", "elsewhere"), ("lg:a/x", "two")]
+    every = gateway.memories(alice, "alice", include_all=True, purpose=P, key="lg:a/x").memories
+    assert {m.status for m in every} == {"active", "superseded"}  # no erased rows: they hold no key
+    live = next(m for m in every if m.memory_id == second.memory_id)
+    old = next(m for m in every if m.memory_id == first.memory_id)
+    assert old.written_at is not None and live.written_at is not None and old.written_at < live.written_at
+    assert live.first_written_at == old.written_at == old.first_written_at  # since when the key has had a value
+
+
+def test_unexpired_leaves_out_what_has_expired_swept_or_not(gateway: Gateway, svc: Services, alice: Caller) -> None:
+    expires_at = utc_now() + timedelta(seconds=3)
+    soon = put(gateway, alice, "lg:soon", "five", expires_at=expires_at)
+    put(gateway, alice, "lg:later", "six")
+    svc.catch_up()
+    assert {m.key for m in gateway.memories(alice, "alice", unexpired=True).memories} == {"lg:soon", "lg:later"}
+    time.sleep(max(0.0, (expires_at - utc_now()).total_seconds()) + 0.1)
+    narrowed = gateway.memories(alice, "alice", unexpired=True).memories
+    assert {m.key for m in narrowed} == {"lg:later"}
+    unswept = gateway.memories(alice, "alice").memories  # not swept: still listed as live without it
+    assert soon.memory_id in {m.memory_id for m in unswept}

@@ -1,0 +1,246 @@
+"""The LangGraph store's mapping without a server: namespaces and keys to ledger keys and
+back, values to memory text, filters, the store's refusals (each naming the field, before
+anything is sent), and the calls a batch makes, driven by a scripted server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+
+from workers import wire
+from workers.client import Conflict, Forbidden
+from workers.client.calls import Call
+from workers.langgraph_store import (
+    ErasureReceipt,
+    InvalidValueError,
+    LedgerStore,
+    NamespaceError,
+    UnsupportedError,
+    filters,
+    namespaces,
+    plan,
+    values,
+)
+from workers.langgraph_store.store import _drive, ttl_config
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+labels = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20).filter(lambda s: "." not in s)
+
+
+@given(st.lists(labels, min_size=0, max_size=3), labels)
+def test_a_namespace_and_key_read_back_exactly_from_the_ledger_key(rest: list[str], key: str) -> None:
+    address = namespaces.address(("alice", "support", *rest), key)
+    assert address.key.startswith(namespaces.KEY_PREFIX)
+    assert address.key == address.key.strip() and not any(c.isspace() or ord(c) < 32 for c in address.key)
+    assert namespaces.item_of("alice", "support", address.key) == (("alice", "support", *rest), key)
+    assert address.source_ref == namespaces.address(("alice", "support", *rest), key).source_ref
+
+
+def test_the_ledger_key_is_readable_and_its_parts_cannot_run_into_each_other() -> None:
+    assert namespaces.address(("u", "p", "prefs"), "answer_length").key == "langgraph:prefs/answer_length"
+    split = namespaces.address(("u", "p", "a"), "b/c").key
+    assert split == "langgraph:a/b%2Fc" != namespaces.address(("u", "p", "a", "b"), "c").key
+    assert namespaces.address(("u", "p"), " 100% ").key == "langgraph:%20100%25%20"
+    assert namespaces.item_of("u", "p", "answer_length") is None  # another way in: no item
+    assert namespaces.item_of("u", "p", "langgraph:a//b") is None
+    assert namespaces.item_of("u", "p", "langgraph:%zz") is None
+    # the source names neither the key nor the namespace
+    ref = namespaces.address(("u", "p", "prefs"), "answer_length").source_ref
+    assert ref.startswith(namespaces.SOURCE_PREFIX) and "answer" not in ref and "prefs" not in ref
+
+
+@pytest.mark.parametrize(
+    ("namespace", "key", "field", "rule"),
+    [
+        (("alice",), "k", "namespace", "must name at least a subject and a purpose"),
+        ((), "k", "namespace", "must name at least a subject and a purpose"),
+        (("alice", " support"), "k", "namespace[1]", "must not start or end with white space"),
+        (("alice\x01", "support"), "k", "namespace[0]", "control characters"),
+        (("alice", "support"), "", "key", "must not be empty"),
+        (("alice", "support"), "k" * 600, "key", "at most 512"),
+    ],
+)
+def test_a_namespace_that_does_not_map_is_refused_naming_the_field(
+    namespace: tuple[str, ...], key: str, field: str, rule: str
+) -> None:
+    with pytest.raises(NamespaceError) as refused:
+        namespaces.address(namespace, key)
+    assert refused.value.field == field and rule in refused.value.rule
+    assert isinstance(refused.value, InvalidNamespaceError)
+    assert str(refused.value).startswith(f"{field}: ")
+
+
+def test_prefixes_narrow_to_a_subject_a_purpose_and_the_start_of_the_key() -> None:
+    assert namespaces.prefix(("u",)) == namespaces.Prefix("u", None, "langgraph:")
+    assert namespaces.prefix(("u", "p", "a b")) == namespaces.Prefix("u", "p", "langgraph:a%20b/")
+    with pytest.raises(NamespaceError, match=r"namespace_prefix: .* must start with the subject and the purpose"):
+        namespaces.prefix(("u",), need_purpose=True)
+    assert namespaces.pattern_prefix(("u", "*", "prefs", "*", "x")) == namespaces.Prefix("u", None, "langgraph:prefs/")
+    with pytest.raises(NamespaceError, match=r"prefix: .* must name the subject first"):
+        namespaces.pattern_prefix(("*", "p"))
+    assert namespaces.matches(("u", "p", "a"), ("u", "*"), "prefix")
+    assert namespaces.matches(("u", "p", "a"), ("*", "a"), "suffix")
+    assert not namespaces.matches(("u", "p"), ("u", "p", "a"), "prefix")
+
+
+def test_a_value_is_compact_json_read_back_exactly() -> None:
+    value = {"b": [1, 2.5, True, None, ("x",)], "a": {"é": "\x7f\n"}}
+    text = values.content_of(value)
+    assert text == '{"b":[1,2.5,true,null,["x"]],"a":{"é":"\\u007f\\n"}}'
+    assert values.value_of(text) == {"b": [1, 2.5, True, None, ["x"]], "a": {"é": "\x7f\n"}}
+    assert values.value_of("plain text") is None and values.value_of("[1]") is None and values.value_of(None) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "rule"),
+    [
+        ([1], "value", "must be a JSON object"),
+        ({"a": {1: "x"}}, "value.a", "not a string"),
+        ({"a": [float("nan")]}, "value.a[0]", "not a JSON number"),
+        ({"a": NOW}, "value.a", "a value of type datetime is not JSON"),
+        ({"a": "x" * 40_000}, "value", "the store takes at most 32768"),
+    ],
+)
+def test_a_value_that_cannot_be_a_memory_is_refused_naming_its_place(value: Any, field: str, rule: str) -> None:
+    with pytest.raises(InvalidValueError) as refused:
+        values.content_of(value)
+    assert refused.value.field == field and rule in refused.value.rule
+
+
+def test_filters_match_as_langgraph_documents_them() -> None:
+    v = {"n": 3, "s": "b", "flag": True, "tags": ["x", "y"], "meta": {"lang": "en", "v": 2}}
+    assert filters.matches(v, None) and filters.matches(v, {})
+    assert filters.matches(v, {"n": 3, "meta": {"lang": "en"}, "tags": ["x", "y"]})
+    assert not filters.matches(v, {"tags": ["x"]}) and not filters.matches(v, {"missing": 1})
+    assert filters.matches(v, {"n": {"$gt": 2, "$lte": 3}, "s": {"$gte": "a"}, "meta": {"v": {"$ne": 1}}})
+    assert not filters.matches(v, {"s": {"$gt": 1}})  # a string is not ordered against a number
+    assert not filters.matches(v, {"flag": 1}) and filters.matches(v, {"flag": {"$eq": True}})
+    with pytest.raises(InvalidValueError, match=r"filter.n: unknown operator '\$in'"):
+        filters.check({"n": {"$in": [1]}})
+    with pytest.raises(InvalidValueError, match=r"filter.n.\$gt: compares a number or a string"):
+        filters.check({"n": {"$gt": [1]}})
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"refresh_on_read": True}, "ttl.refresh_on_read"),
+        ({"omit_expired": False}, "ttl.omit_expired"),
+        ({"sweep_interval_minutes": 5}, "ttl.sweep_interval_minutes"),
+    ],
+)
+def test_ttl_settings_the_ledger_does_not_honour_are_refused(config: Any, field: str) -> None:
+    with pytest.raises(UnsupportedError) as refused:
+        ttl_config(config)
+    assert refused.value.field == field
+
+
+def test_the_store_reads_without_refreshing_and_refuses_an_index_of_its_own() -> None:
+    assert ttl_config({"default_ttl": 60}) == {"refresh_on_read": False, "omit_expired": True, "default_ttl": 60}
+    with pytest.raises(InvalidValueError, match=r"ttl.default_ttl: must be more than 0 minutes"):
+        ttl_config({"default_ttl": 0})
+    with pytest.raises(UnsupportedError, match="index: the ledger embeds memories with its own model"):
+        LedgerStore("http://127.0.0.1:9", "t", index={"dims": 3, "embed": lambda texts: [[0.0] * 3 for _ in texts]})
+    with pytest.raises(InvalidValueError, match="sensitivity: must be one of"):
+        LedgerStore("http://127.0.0.1:9", "t", sensitivity="secret")
+
+
+class Scripted:
+    """A server that answers each call with the next scripted answer (or raises it), and
+    the session of a store."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.calls: list[Call[Any]] = []
+        self.positions: list[wire.LogPosition] = []
+        self.receipts: list[ErasureReceipt] = []
+
+    def send(self, call: Call[Any]) -> Any:
+        self.calls.append(call)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def after(self) -> list[wire.LogPosition]:
+        return list(self.positions)
+
+    def acknowledged(self, positions: Any) -> None:
+        self.positions += positions
+
+    def erased(self, receipt: ErasureReceipt) -> None:
+        self.receipts.append(receipt)
+
+    def run(self, ops: list[Any]) -> list[Any]:
+        return _drive(plan.batch(ops, plan.Config(), self, NOW), self.send)
+
+
+def acked(*offsets: int) -> wire.BatchAck:
+    return wire.BatchAck(
+        results=[
+            wire.CommandAck(memory_id=f"m{o}", events=[], positions=[wire.LogPosition(partition=0, offset=o)])
+            for o in offsets
+        ]
+    )
+
+
+def test_a_batch_writes_runs_of_puts_per_subject_and_reads_after_its_own_writes() -> None:
+    put: Callable[[str, str], PutOp] = lambda s, k: PutOp((s, "p"), k, {"v": k}, ttl=1.5)  # noqa: E731
+    server = Scripted(acked(1, 2), acked(3), wire.MemoryPage(memories=[]), acked(4))
+    ops = [put("a", "x"), put("a", "y"), put("b", "x"), GetOp(("a", "p"), "x"), put("a", "z")]
+    assert server.run(ops) == [None, None, None, None, None]
+    methods = [(c.method, c.path) for c in server.calls]
+    assert methods == [
+        ("POST", "/v1/subjects/a/memories/batch"),
+        ("POST", "/v1/subjects/b/memories/batch"),
+        ("GET", "/v1/subjects/a/memories"),
+        ("POST", "/v1/subjects/a/memories/batch"),
+    ]
+    first = server.calls[0].body
+    assert first is not None and [m["key"] for m in first["memories"]] == ["langgraph:x", "langgraph:y"]
+    m = first["memories"][0]
+    assert m["supersede_key"] is True and m["kind"] == "fact" and m["veracity"] == "inferred"
+    assert m["content"] == '{"v":"x"}' and m["expires_at"].startswith("2026-12-01T00:01:30")
+    assert m["source_ref"].startswith("langgraph-item:") and m["agent"] == "langgraph"
+    read = dict(server.calls[2].params)
+    assert read["key"] == "langgraph:x" and read["purpose"] == "p" and read["unexpired"] == "true"
+    assert [v for k, v in server.calls[2].params if k == "wait_for"] == ["0:1", "0:2", "0:3"]
+
+
+def test_a_bad_operation_anywhere_refuses_the_batch_before_anything_is_sent() -> None:
+    server = Scripted()
+    ops = [PutOp(("a", "p"), "x", {"v": 1}), PutOp(("a", "p"), "y", {"v": object()})]
+    with pytest.raises(InvalidValueError, match=r"value.v: a value of type object is not JSON"):
+        server.run(ops)
+    with pytest.raises(InvalidValueError, match="ttl: must be more than 0 minutes"):
+        server.run([PutOp(("a", "p"), "x", {"v": 1}, ttl=-1)])
+    with pytest.raises(InvalidNamespaceError, match="periods"):
+        server.run([GetOp(("a.b", "p"), "x")])
+    with pytest.raises(NamespaceError, match="prefix: must name the subject first"):
+        server.run([ListNamespacesOp(match_conditions=(MatchCondition("suffix", ("x",)),))])
+    with pytest.raises(InvalidValueError, match="limit: must be a whole number"):
+        server.run([SearchOp(("a", "p"), limit=-1)])
+    assert server.calls == []
+
+
+def test_a_delete_is_an_erasure_by_the_items_source_and_nothing_left_is_no_error() -> None:
+    nothing = Conflict(409, wire.Problem(title="Conflict", status=409, detail="x", field="source_ref", rule="..."))
+    erased = wire.CommandAck(
+        request_id="er-1", affected=["m1", "m2"], events=[], positions=[wire.LogPosition(partition=0, offset=9)]
+    )
+    server = Scripted(erased, nothing)
+    assert server.run([PutOp(("a", "p", "n"), "x", None), PutOp(("a", "p", "n"), "x", None)]) == [None, None]
+    body = server.calls[0].body
+    assert body is not None and body["source"] == namespaces.address(("a", "p", "n"), "x").source_ref
+    assert server.receipts == [
+        ErasureReceipt(("a", "p", "n"), "x", "er-1", ("m1", "m2"), (wire.LogPosition(partition=0, offset=9),))
+    ]
+    refused = Forbidden(403, wire.Problem(title="Forbidden", status=403, detail="x", field="subject_id", rule="..."))
+    with pytest.raises(Forbidden):
+        Scripted(refused).run([PutOp(("a", "p"), "x", None)])

@@ -1,0 +1,420 @@
+"""What a batch of LangGraph store operations asks of the ledger, without I/O.
+
+``batch`` is a generator: it yields the HTTP API calls to make (``workers.client.calls``)
+and is sent their answers (or thrown the client's error), so that the synchronous and
+the asynchronous store drive the same steps with their own client. Every operation of
+the batch is checked first (namespace, key, value, TTL, filter, bounds): a bad one
+refuses the whole batch before anything is sent. Then the operations run in order, each
+seeing what the ones before it did (every read waits until the projections it reads
+have applied the store's own writes):
+
+- a run of puts of one subject is one batch write (at most ``wire.MAX_BATCH`` memories
+  in one transaction): each memory supersedes the live memory of its key
+  (``supersede_key``), kind ``fact``, veracity ``inferred`` (the agent's own note);
+- a delete is an erasure by the item's source (every revision), whose receipt
+  (request id) goes to the session; nothing left to erase is no error;
+- a get lists the item's key, live and unexpired; a search without a query lists the
+  namespace prefix and filters, newest put first; with a query it recalls for the
+  prefix's purpose (recall's rules and ranking), keeps the items under the prefix that
+  pass the filter, and reads each one's times;
+- ``list_namespaces`` lists the live items under the subject of its prefix and
+  returns their namespaces, matched, cut at ``max_depth``, sorted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Protocol, TypeVar
+
+from langgraph.store.base import (
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    validate_op_namespace,
+)
+
+from contracts import utc_now
+from workers import wire
+from workers.client import ApiError, NotFound, calls
+from workers.client.calls import Call
+from workers.langgraph_store import filters, namespaces, values
+from workers.langgraph_store.errors import InvalidValueError, NamespaceError
+from workers.langgraph_store.namespaces import Address, Prefix
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Step = Generator[Call[Any], Any, T]
+"""A generator that yields calls, is sent their answers, and returns a ``T``."""
+
+KIND: Final = "fact"
+VERACITY: Final = "inferred"
+"""An item is the agent's own note: a fact recorded as inferred by an agent (confidence 0.7)."""
+
+ERASURE_REASON = "deleted through the LangGraph store"
+ERASURE_BASIS = "deletion by the agent (LangGraph store)"
+
+PAGE = 500
+"""Memories per listing page (the API's largest)."""
+
+MAX_K = 1000
+"""The most items one recall returns (the API's bound)."""
+
+MAX_QUERY_CHARS = 4096
+"""The longest query recall takes."""
+
+LIVE = ("active", "needs_confirmation")
+
+
+@dataclass(frozen=True)
+class Config:
+    """How the store writes and waits: the sensitivity class of its memories, the
+    agent label recorded beside the principal, the limit on a value (bytes of JSON) and
+    the longest wait for the projections to apply the store's writes (seconds)."""
+
+    sensitivity: str = "internal"
+    agent: str | None = "langgraph"
+    max_value_bytes: int = values.MAX_VALUE_BYTES
+    wait_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class ErasureReceipt:
+    """A delete of the store: the item, the erasure's ``request_id`` (follow it with
+    ``LedgerStore.trace``), the memories erased (every revision of the item, and what
+    was derived from them) and where the log holds the erasure (empty when ``pending``:
+    recorded, the log's acknowledgement lost; the relay publishes it)."""
+
+    namespace: tuple[str, ...]
+    key: str
+    request_id: str
+    memory_ids: tuple[str, ...]
+    positions: tuple[wire.LogPosition, ...]
+    pending: bool = False
+
+
+class Session(Protocol):
+    """What a batch shares with its store: the log positions of the store's own writes
+    (reads wait for them) and the receipts of its erasures."""
+
+    def after(self) -> list[wire.LogPosition]: ...
+
+    def acknowledged(self, positions: Sequence[wire.LogPosition]) -> None: ...
+
+    def erased(self, receipt: ErasureReceipt) -> None: ...
+
+
+def batch(ops: Sequence[Op], cfg: Config, session: Session, now: datetime) -> Step[list[Result]]:
+    """The results of ``ops``, in order (``None`` for a put or a delete). ``now`` (aware
+    UTC) starts the TTLs of the batch's puts.
+
+    Raises:
+        NamespaceError, InvalidValueError: a bad operation (before anything is sent).
+        workers.client.ApiError: the server's refusal of a step (``Forbidden`` for a
+            subject outside the key's grants); the steps before it took effect.
+    """
+    prepared = [_prepare(op, cfg, now) for op in ops]
+    results: list[Result] = [None] * len(prepared)
+    i = 0
+    while i < len(prepared):
+        step = prepared[i]
+        if isinstance(step, _Put):
+            run = [step]
+            while i + len(run) < len(prepared) and len(run) < wire.MAX_BATCH:
+                after = prepared[i + len(run)]
+                if not isinstance(after, _Put) or after.address.subject_id != step.address.subject_id:
+                    break
+                run.append(after)
+            yield from _write(run, session)
+            i += len(run)
+            continue
+        results[i] = yield from step.run(cfg, session)
+        i += 1
+    return results
+
+
+# -- the operations, checked ----------------------------------------------------------
+
+
+class _Step:
+    def run(self, cfg: Config, session: Session) -> Step[Result]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _AtItem(_Step):
+    """An operation on one item: its namespace and key, and its ledger address."""
+
+    namespace: tuple[str, ...]
+    key: str
+    address: Address
+
+
+@dataclass(frozen=True)
+class _Put(_AtItem):
+    """A put of the item: ``memory`` is its new revision. Puts run in batches
+    (``batch``), not one by one."""
+
+    memory: wire.WriteMemory
+
+
+@dataclass(frozen=True)
+class _Delete(_AtItem):
+    """A delete of the item: an erasure of every revision (by its source)."""
+
+    def run(self, cfg: Config, session: Session) -> Step[Result]:
+        yield from self.erase(session)
+        return None
+
+    def erase(self, session: Session) -> Step[ErasureReceipt | None]:
+        """The erasure and its receipt (also given to the session); ``None`` when
+        nothing of the item is left to erase."""
+        erase = wire.Erase(source=self.address.source_ref, reason=ERASURE_REASON, legal_basis=ERASURE_BASIS)
+        try:
+            ack: wire.CommandAck = yield calls.erase(self.address.subject_id, erase)
+        except ApiError as exc:
+            if exc.status in (409, 422) and exc.field == "source_ref":
+                return None  # nothing of the item is left to erase (ledger.erasure.erasure_targets)
+            raise
+        session.acknowledged(ack.positions)
+        receipt = ErasureReceipt(
+            self.namespace, self.key, ack.request_id or "", tuple(ack.affected), tuple(ack.positions), ack.pending
+        )
+        session.erased(receipt)
+        return receipt
+
+
+def erase(namespace: tuple[str, ...], key: str, session: Session) -> Step[ErasureReceipt | None]:
+    """A delete of the item ``key`` in ``namespace`` that answers with its receipt.
+
+    Raises:
+        NamespaceError: before anything is sent; workers.client.ApiError: the refusal.
+    """
+    step = _prepare(PutOp(namespace, key, None), Config(), utc_now())
+    assert isinstance(step, _Delete)
+    return (yield from step.erase(session))
+
+
+@dataclass(frozen=True)
+class _Get(_AtItem):
+    """A get of the item: its live, unexpired memory."""
+
+    def run(self, cfg: Config, session: Session) -> Step[Result]:
+        a = self.address
+        found = yield from _listed(a.subject_id, a.purpose, cfg, session, key=a.key)
+        same = [i for i in found if i.namespace == self.namespace and i.key == self.key]
+        return same[-1] if same else None  # the newest, were a slot ever in conflict
+
+
+@dataclass(frozen=True)
+class _Search(_Step):
+    op: SearchOp
+    prefix: Prefix
+
+    def run(self, cfg: Config, session: Session) -> Step[Result]:
+        op, p = self.op, self.prefix
+        if not op.query:
+            found = yield from _listed(p.subject_id, p.purpose, cfg, session, key_prefix=p.key_prefix)
+            kept = [
+                i for i in found if _under(i.namespace, op.namespace_prefix) and filters.matches(i.value, op.filter)
+            ]
+            kept.sort(key=lambda i: (-i.updated_at.timestamp(), i.namespace, i.key))
+            window = kept[op.offset : op.offset + op.limit]
+            return [SearchItem(i.namespace, i.key, i.value, i.created_at, i.updated_at) for i in window]
+        hits = yield from self._recalled(cfg, session)
+        out: list[SearchItem] = []
+        for hit in hits[op.offset : op.offset + op.limit]:
+            try:
+                detail: wire.MemoryDetail = yield calls.memory(
+                    p.subject_id, hit.memory_id, session.after(), cfg.wait_timeout_s
+                )
+            except NotFound:
+                continue  # erased since it was recalled
+            item = _item(detail.memory)
+            if item is not None and detail.memory.status in LIVE:
+                out.append(
+                    SearchItem(item.namespace, item.key, item.value, item.created_at, item.updated_at, hit.score)
+                )
+        return out
+
+    def _recalled(self, cfg: Config, session: Session) -> Step[list[wire.RecalledItem]]:
+        """Recalled items under the prefix that pass the filter, best first: recall for
+        ``offset + limit`` of them, asking for more (at most ``MAX_K``) while recall had
+        more to give."""
+        op, p = self.op, self.prefix
+        assert op.query and p.purpose is not None
+        need = op.offset + op.limit
+        k = min(MAX_K, max(10, 2 * need))
+        while True:
+            result: wire.RecallResult = yield calls.recall(
+                p.subject_id, op.query, p.purpose, k, None, (), False, session.after(), cfg.wait_timeout_s
+            )
+            if result.degraded:
+                log.warning("recall for %s left out %s: a store did not answer", p.subject_id, result.degraded)
+            hits = [h for h in _flat(result.items) if self._keeps(h)]
+            if len(hits) >= need or len(result.items) < k or k >= MAX_K:
+                return hits
+            k = min(MAX_K, k * 4)
+
+    def _keeps(self, hit: wire.RecalledItem) -> bool:
+        where = namespaces.item_of(hit.subject_id, hit.purpose, hit.key)
+        value = values.value_of(hit.content)
+        return (
+            where is not None
+            and value is not None
+            and hit.scope.get("type") == "subject"
+            and _under(where[0], self.op.namespace_prefix)
+            and filters.matches(value, self.op.filter)
+        )
+
+
+@dataclass(frozen=True)
+class _ListNamespaces(_Step):
+    op: ListNamespacesOp
+    prefix: Prefix
+
+    def run(self, cfg: Config, session: Session) -> Step[Result]:
+        op, p = self.op, self.prefix
+        found = yield from _listed(p.subject_id, p.purpose, cfg, session, key_prefix=p.key_prefix)
+        conditions = op.match_conditions or ()
+        spaces = {
+            i.namespace for i in found if all(namespaces.matches(i.namespace, c.path, c.match_type) for c in conditions)
+        }
+        if op.max_depth is not None:
+            spaces = {ns[: op.max_depth] for ns in spaces}
+        return sorted(spaces)[op.offset : op.offset + op.limit]
+
+
+def _prepare(op: Op, cfg: Config, now: datetime) -> _Step:
+    """``op`` checked and mapped onto the ledger.
+
+    Raises:
+        NamespaceError, InvalidValueError.
+    """
+    validate_op_namespace(op)
+    if isinstance(op, PutOp):
+        namespace, address = tuple(op.namespace), namespaces.address(op.namespace, op.key)
+        if op.value is None:
+            return _Delete(namespace, op.key, address)
+        memory = wire.WriteMemory(
+            content=values.content_of(op.value, cfg.max_value_bytes),
+            purpose=address.purpose,
+            kind=KIND,
+            key=address.key,
+            sensitivity=cfg.sensitivity,  # type: ignore[arg-type]
+            expires_at=_expiry(op.ttl, now),
+            source_ref=address.source_ref,
+            veracity=VERACITY,
+            agent=cfg.agent,
+            supersede_key=True,
+        )
+        return _Put(namespace, op.key, address, memory)
+    if isinstance(op, GetOp):
+        return _Get(tuple(op.namespace), op.key, namespaces.address(op.namespace, op.key))
+    if isinstance(op, SearchOp):
+        _bound("limit", op.limit)
+        _bound("offset", op.offset)
+        filters.check(op.filter)
+        if op.query and len(op.query) > MAX_QUERY_CHARS:
+            raise InvalidValueError("query", f"must be at most {MAX_QUERY_CHARS} characters")
+        return _Search(op, namespaces.prefix(op.namespace_prefix, need_purpose=bool(op.query)))
+    if isinstance(op, ListNamespacesOp):
+        _bound("limit", op.limit)
+        _bound("offset", op.offset)
+        if op.max_depth is not None and op.max_depth < 1:
+            raise InvalidValueError("max_depth", "must be 1 or more")
+        prefixes = [c for c in op.match_conditions or () if c.match_type == "prefix"]
+        if not prefixes:
+            raise NamespaceError("prefix", "must name the subject first: (subject_id, ...); subjects are not listed")
+        return _ListNamespaces(op, namespaces.pattern_prefix(prefixes[0].path))
+    raise InvalidValueError("op", f"unknown operation {type(op).__name__}")
+
+
+def _write(run: Sequence[_Put], session: Session) -> Step[None]:
+    """One batch write of the puts of ``run`` (one subject), all or none."""
+    ack: wire.BatchAck = yield calls.write_batch(run[0].address.subject_id, [p.memory for p in run])
+    session.acknowledged([pos for r in ack.results for pos in r.positions])
+
+
+def _listed(
+    subject_id: str,
+    purpose: str | None,
+    cfg: Config,
+    session: Session,
+    key: str | None = None,
+    key_prefix: str | None = None,
+) -> Step[list[Item]]:
+    """The live, unexpired items of the subject (and purpose) with ``key`` or under
+    ``key_prefix``, page by page, in memory id order."""
+    items: list[Item] = []
+    after_id: str | None = None
+    while True:
+        page: wire.MemoryPage = yield calls.memories(
+            subject_id, False, PAGE, after_id, session.after(), cfg.wait_timeout_s, purpose, key, key_prefix, True
+        )
+        items += [i for i in map(_item, page.memories) if i is not None]
+        if page.next_after is None:
+            return items
+        after_id = page.next_after
+
+
+def _item(m: wire.MemoryOut) -> Item | None:
+    """The item a memory holds: ``created_at`` when its key was first given a value (of
+    the revisions still held), ``updated_at`` when this value was put; ``None`` for a
+    memory the store did not write."""
+    if m.purpose is None or m.written_at is None or m.scope.get("type") != "subject":
+        return None
+    where = namespaces.item_of(m.subject_id, m.purpose, m.key)
+    value = values.value_of(m.content)
+    if where is None or value is None:
+        return None
+    created = m.first_written_at or m.written_at
+    return Item(value=value, key=where[1], namespace=where[0], created_at=created, updated_at=m.written_at)
+
+
+def _flat(items: Sequence[wire.RecalledItem]) -> list[wire.RecalledItem]:
+    """Recalled items with the sources grouped under a summary after it, in rank order."""
+    return [x for i in items for x in (i, *i.grouped)]
+
+
+def _under(namespace: Sequence[str], prefix: Sequence[str]) -> bool:
+    return tuple(namespace[: len(prefix)]) == tuple(prefix)
+
+
+def _expiry(ttl_minutes: float | None, now: datetime) -> datetime | None:
+    """The ``expires_at`` of a put with a TTL of ``ttl_minutes`` (LangGraph's unit) at
+    ``now``; ``None`` (no TTL): the class's maximum lifetime, the ledger's retention rule.
+
+    Raises:
+        InvalidValueError: field ``ttl``, as ``check_ttl``.
+    """
+    if ttl_minutes is None:
+        return None
+    return now + timedelta(minutes=check_ttl(ttl_minutes, "ttl"))
+
+
+def check_ttl(minutes: object, field: str) -> float:
+    """``minutes`` as a TTL: a positive, finite number of minutes.
+
+    Raises:
+        InvalidValueError: ``field``, for anything else.
+    """
+    if isinstance(minutes, bool) or not isinstance(minutes, int | float) or not math.isfinite(minutes):
+        raise InvalidValueError(field, f"must be a number of minutes, not {minutes!r}")
+    if minutes <= 0:
+        raise InvalidValueError(field, f"must be more than 0 minutes, not {minutes!r}")
+    return float(minutes)
+
+
+def _bound(field: str, n: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidValueError(field, f"must be a whole number, 0 or more, not {n!r}")
