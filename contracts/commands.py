@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from contracts.memory import Frozen, Provenance, Retention, Scope
+from contracts.base import Frozen
+from contracts.memory import Provenance, Retention, Scope
 from contracts.types import Content, Kind, NonEmptyStr, Sensitivity, Veracity
 
 

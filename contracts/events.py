@@ -172,8 +172,9 @@ class MemoryReinstated(Envelope):
     ``causation_id`` is the event id of the ``ErasureRequested``.
 
     ``content`` and ``personal`` are the memory's text and personal fields, sealed under
-    its current data key, and ``state`` its state now, so that a store that dropped the
-    memory when it was superseded (the vector index) can rebuild it from this event."""
+    its current data key, ``content_hmac`` the text's fingerprint, and ``state`` its state
+    now, so that a store that dropped the memory when it was superseded (the vector
+    index) can rebuild it from this event."""
 
     type: Literal["MemoryReinstated"] = "MemoryReinstated"
     memory_id: MemoryId
@@ -183,6 +184,7 @@ class MemoryReinstated(Envelope):
     content: SealedText
     personal: SealedText
     state: RedactedState
+    content_hmac: NonEmptyStr | None = None
 
 
 class ConsentRevoked(Envelope):

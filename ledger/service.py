@@ -35,21 +35,24 @@ from contracts import (
     MemoryRedacted,
     MemoryRef,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWrite,
     MemoryWritten,
     PersonalFields,
     Provenance,
+    RedactedState,
     RedactMemory,
     Retention,
     RetentionExpired,
     RevokeConsent,
+    Screening,
     SealedText,
     SummaryDerived,
     encode_event,
     utc_now,
 )
-from ledger import admission, dead_letters, erasure, state
+from ledger import admission, dead_letters, erasure, state, supersession
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 from ledger.eventlog import EventLog, LogPosition
@@ -57,6 +60,14 @@ from ledger.pgschema import vacuum
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
 from ledger.retry import retry_aborted
+from ledger.screening import (
+    AdmittedWrite,
+    Screener,
+    ScreeningPolicy,
+    admit_write,
+    load_screening_policy,
+    screen_redaction,
+)
 from ledger.summariser import ExtractiveSummariser, Summariser
 from ledger.tombstone_log import Tombstone, TombstoneLog
 
@@ -69,6 +80,11 @@ SUMMARISER_WRITER = "memledger.summariser"
 def new_id() -> str:
     """A new UUIDv7 as a string (time-ordered, RFC 9562)."""
     return str(uuid7())
+
+
+def _retried(first: admission.FirstAttempt) -> CommandResult:
+    """The result of a retried write: nothing appended, the first attempt's memory and events."""
+    return CommandResult((), (), first.memory_id, repeat=first.describe(), first_event_ids=first.event_ids)
 
 
 def _arrives_confirmed(cmd: MemoryWrite) -> bool:
@@ -89,13 +105,33 @@ class _EnvelopeFields(TypedDict):
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What an accepted command produced: its events and where the log put them."""
+    """What an accepted command produced: its events and where the log put them.
+
+    ``repeat`` says why a repeated command changed nothing (no events: a retried write,
+    a confirmation of a confirmed memory, a withdrawal already made; see
+    ``ledger.admission``); for a retried write ``memory_id`` and ``first_event_ids`` are
+    those of its first attempt. ``reinstated`` and ``earlier_versions`` (an erasure) are
+    the earlier versions made ``needs_confirmation`` again and those that still hold
+    content (``ledger.supersession``)."""
 
     events: tuple[Event, ...]
     positions: tuple[LogPosition, ...]
     memory_id: str | None = None
     request_id: str | None = None
     affected: tuple[str, ...] = field(default_factory=tuple)
+    repeat: str | None = None
+    first_event_ids: tuple[str, ...] = ()
+    reinstated: tuple[str, ...] = ()
+    earlier_versions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """One write as ``_record_once`` ended it."""
+
+    memory_id: str
+    events: list[Event]
+    first: admission.FirstAttempt | None = None
 
 
 class Ledger:
@@ -104,7 +140,8 @@ class Ledger:
     checked-in ``ledger/retention.toml``); ``summariser`` regenerates summaries whose
     sources were invalidated (default: extractive, no model); ``tombstone_log``, when
     given (the distributed mode), receives one record per erased memory besides the
-    ``tombstones`` table (``ledger.tombstone_log``)."""
+    ``tombstones`` table (``ledger.tombstone_log``); ``screening`` is the screening
+    policy of memory text (default: the checked-in ``ledger/screening.toml``)."""
 
     def __init__(
         self,
@@ -116,6 +153,7 @@ class Ledger:
         policy: RetentionPolicy | None = None,
         summariser: Summariser | None = None,
         tombstone_log: TombstoneLog | None = None,
+        screening: ScreeningPolicy | None = None,
     ) -> None:
         self._pool = pool
         self._tombstone_log = tombstone_log
@@ -125,12 +163,14 @@ class Ledger:
         self._clock = clock
         self.policy = policy or load_policy()
         self._summariser = summariser or ExtractiveSummariser()
+        self.screener = Screener(screening or load_screening_policy())
         with pool.connection() as conn:
             state.install(conn)
             Keyring.install(conn)
             erasure.install(conn)
             dead_letters.install(conn)
             keyring.attach(conn)  # the fingerprint key survives master key rotations
+            supersession.backfill_links(conn, log)
 
     @property
     def keyring(self) -> Keyring:
@@ -157,8 +197,16 @@ class Ledger:
           other live memories of its slot, as ``confirm`` would: the log itself records the
           confirmation, and a replay folds the same two events into the same rows.
 
+        Before any of that the text is screened (``ledger.screening``): a secret is
+        refused (or replaced, as the screening policy says) and personal data raises the
+        memory's class; the written event records the decision. A retry of a write that
+        named a turn or tool call id (``ledger.admission``) appends nothing and returns
+        the first attempt's memory id (``CommandResult.repeat``).
+
         Raises:
             NotAuthorisedError: no ``write`` grant for ``cmd.subject_id``.
+            SecretFoundError: the text holds a secret the screening policy refuses
+                (field ``content``, the kind named); nothing was written.
             InvalidCommandError: the retention policy of the memory's class refuses it
                 (``retention.expires_at`` not in the future or beyond the class
                 maximum, ``provenance.consent_ref`` missing), or a
@@ -177,14 +225,18 @@ class Ledger:
             principal.require("write", cmd.subject_id)
         now = self._clock()
         corr = correlation_id or new_id()
+        admitted = [admit_write(self.policy, self.screener, cmd, now) for cmd in cmds]
         with self._pool.connection() as conn, conn.transaction():
-            recorded = [self._record(conn, self.policy.apply(cmd, now), now, corr) for cmd in cmds]
-            positions = self._append([e for _, events in recorded for e in events])
+            recorded = [self._record_once(conn, a, now, corr) for a in admitted]
+            positions = self._append([e for r in recorded for e in r.events])
         results: list[CommandResult] = []
         start = 0
-        for memory_id, events in recorded:
-            results.append(CommandResult(tuple(events), tuple(positions[start : start + len(events)]), memory_id))
-            start += len(events)
+        for r in recorded:
+            if r.first is not None:
+                results.append(_retried(r.first))
+                continue
+            results.append(CommandResult(tuple(r.events), tuple(positions[start : start + len(r.events)]), r.memory_id))
+            start += len(r.events)
         return results
 
     @retry_aborted
@@ -195,6 +247,10 @@ class Ledger:
         other live memory of the new one's slot: an explicit replacement is never a
         conflict).
 
+        The replacement is screened as ``write`` screens; a retry of a supersession that
+        named a turn or tool call id returns its first attempt's result (the old memory is
+        superseded by then) and appends nothing.
+
         Raises:
             UnknownMemoryError: ``memory_id`` is not known.
             InvalidCommandError: the old memory belongs to another subject or was written
@@ -204,7 +260,12 @@ class Ledger:
         principal.require("write", cmd.subject_id)
         now = self._clock()
         corr = correlation_id or new_id()
+        admitted = admit_write(self.policy, self.screener, cmd, now)
         with self._pool.connection() as conn, conn.transaction():
+            key = admission.attempt_fingerprint(self._keyring.fingerprint, cmd, f"supersede {memory_id}")
+            first = None if key is None else admission.first_attempt(conn, key)
+            if first is not None:
+                return _retried(first)
             old = self._one_head(conn, memory_id, cmd.subject_id, "memory_id")
             if old.subject_id != cmd.subject_id:
                 raise InvalidCommandError("subject_id", "a supersession cannot cross subjects")
@@ -219,9 +280,11 @@ class Ledger:
                     f"memory {memory_id!r} is scoped to {old.scope_type}:{old.scope_id}: its replacement keeps that"
                     " scope (write a new memory for another scope)",
                 )
-            new_id_, events = self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=True)
+            new_id_, events = self._record(conn, admitted.cmd, now, corr, explicit=True, screening=admitted.screening)
             if not any(isinstance(e, MemorySuperseded) and e.memory_id == memory_id for e in events):
                 events += self._supersede_all(conn, [old], new_id_, now, corr, events[0].event_id)
+            if key is not None:
+                admission.remember_attempt(conn, key, cmd.subject_id, new_id_, [e.event_id for e in events], now)
             positions = self._append(events)
         return CommandResult(tuple(events), tuple(positions), memory_id=new_id_)
 
@@ -247,7 +310,9 @@ class Ledger:
     @retry_aborted
     def confirm(self, principal: Principal, subject_id: str, memory_id: str) -> CommandResult:
         """The subject confirmed ``memory_id``: it becomes ``active``, and every other
-        live memory of its slot (a conflict it was part of) is superseded by it.
+        live memory of its slot (a conflict it was part of) is superseded by it. A memory
+        already active and confirmed stays as it is: nothing is appended
+        (``CommandResult.repeat`` says so).
 
         Raises:
             UnknownMemoryError, InvalidCommandError (not awaiting confirmation or active).
@@ -257,6 +322,9 @@ class Ledger:
         corr = new_id()
         with self._pool.connection() as conn, conn.transaction():
             head = self._one_head(conn, memory_id, subject_id, "memory_id")
+            repeat = admission.repeated_confirmation(head)
+            if repeat is not None:
+                return CommandResult((), (), memory_id=memory_id, repeat=repeat)
             events = self._confirm(conn, head, now, corr)
             positions = self._append(events)
         return CommandResult(tuple(events), tuple(positions), memory_id=memory_id)
@@ -270,7 +338,8 @@ class Ledger:
         regenerated from the sources that remain. A ``consent_ref`` or ``purpose`` that
         matches no memory of the subject (nor a consent already withdrawn) is refused
         unless ``cmd.allow_unmatched``; then the withdrawal is recorded though it covers
-        nothing yet.
+        nothing yet. A withdrawal made again that covers nothing more appends nothing
+        (``CommandResult.repeat`` says when it was made).
 
         Raises:
             NotAuthorisedError: no ``write`` grant for the subject.
@@ -291,6 +360,9 @@ class Ledger:
             ids = [h.memory_id for h in covered]
             ids += [m for m in state.derived_closure(conn, ids) if m not in ids]
             heads = [h for h in state.lock_heads(conn, ids).values() if h.status in state.HOLDING_STATUSES]
+            repeat = admission.repeated_revocation(conn, cmd, heads)
+            if repeat is not None:
+                return CommandResult((), (), repeat=repeat)
             affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in heads)
             for ref in affected:
                 state.bump(conn, ref.memory_id, ref.revision, "revoked")
@@ -367,9 +439,13 @@ class Ledger:
         text's key is destroyed); summaries derived from it are regenerated with the new
         text and the old ones superseded, their keys destroyed too (they restate the old
         text). Inferences derived from it are separate claims and are left as they are.
+        The replacement is screened (``ledger.screening.screen_redaction``): a secret is
+        refused or replaced as for a write, and personal data the memory's class does not
+        allow is refused (a redaction cannot raise the class).
 
         Raises:
-            UnknownMemoryError; InvalidCommandError if the memory was erased.
+            UnknownMemoryError; InvalidCommandError if the memory was erased, or the
+            replacement holds personal data above the memory's class; SecretFoundError.
         """
         principal.require("write", subject_id)
         now = self._clock()
@@ -383,6 +459,7 @@ class Ledger:
                 raise InvalidCommandError(
                     "memory_id", f"memory {cmd.memory_id!r} expired at {head.expires_at.isoformat()}"
                 )
+            replacement, screening = screen_redaction(self.screener, replacement, head.sensitivity)
             revision = head.revision + 1
             key_id = f"{cmd.memory_id}/{revision}"  # a new key: the old text's key is destroyed below
             sealed = self._keyring.seal(conn, subject_id, key_id, replacement)
@@ -396,6 +473,7 @@ class Ledger:
                 content_hmac=self._keyring.fingerprint(replacement),
                 state=state.redacted_state(conn, cmd.memory_id),
                 personal=personal,
+                screening=screening,
             )
             self._keyring.destroy(conn, [cmd.memory_id], keep=key_id)
             state.bump(conn, cmd.memory_id, revision)
@@ -424,7 +502,12 @@ class Ledger:
         erased only because a source was erased are regenerated from the sources that
         remain.
 
-        ``cmd`` names memory ids, the whole subject or a source (``ledger.erasure``).
+        ``cmd`` names memory ids, the whole subject or a source (``ledger.erasure``), and
+        with ``cmd.with_history`` every earlier version of those too. What becomes of the
+        earlier versions left is ``ledger.supersession``'s rule: one whose replacement was
+        live is reinstated (``MemoryReinstated``, ``needs_confirmation``); the ones that
+        still hold content are recorded with the request and returned
+        (``CommandResult.earlier_versions``, ``reinstated``).
 
         Raises:
             NotAuthorisedError: no ``erase`` grant for the subject.
@@ -447,6 +530,11 @@ class Ledger:
                 MemoryRef(memory_id=m, revision=heads_by_id[m].revision + 1) for m in targets if m in heads_by_id
             )
             hmacs = state.content_hmacs(conn, targets)
+            earlier = state.lock_heads(conn, supersession.earlier_versions(conn, targets))
+            successors = {m: h for m, h in heads_by_id.items() if m in targets}
+            predecessors = [h for h in earlier.values() if h.superseded_by in successors]
+            reinstated = supersession.reinstatements(successors, predecessors, now)
+            left = supersession.holding_content(earlier, sorted(earlier))
             self._destroy_keys(conn, targets, now)  # the head keeps ids, times and statuses only
             if cmd.whole_subject:
                 self._keyring.destroy_subject_keys(conn, cmd.subject_id)
@@ -469,8 +557,8 @@ class Ledger:
             conn.execute(
                 """
                 INSERT INTO erasure_requests (request_id, subject_id, request_kind, memory_ids, content_hmacs,
-                    requested_by, reason, legal_basis, requested_at)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+                    requested_by, reason, legal_basis, requested_at, with_history, reinstated, earlier_versions)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                 """,
                 (
                     request_id,
@@ -482,12 +570,16 @@ class Ledger:
                     cmd.reason,
                     cmd.legal_basis,
                     now,
+                    cmd.with_history,
+                    [r.head.memory_id for r in reinstated],
+                    left,
                 ),
             )
             erasure.record_source(conn, request_id, cmd)
             scope = dead_letters.ErasureScope(cmd.subject_id, tuple(targets), cmd.whole_subject, cmd.source_ref)
             dead_letters.purge_postgres_dlq(conn, request_id, scope)  # a Kafka DLQ cannot be edited: trace lists it
             events: list[Event] = [event]
+            events += [self._reinstate(conn, r, now, corr, event.event_id) for r in reinstated]
             events += self._regenerate(conn, cascaded, set(targets), now, corr, event.event_id)
             self._publish_tombstones([Tombstone(m, cmd.subject_id, request_id, now) for m in targets])
             try:
@@ -501,15 +593,71 @@ class Ledger:
                 (positions[0].partition, positions[0].offset, request_id),
             )
         self._vacuum_keys()
-        return CommandResult(tuple(events), tuple(positions), request_id=request_id, affected=tuple(targets))
+        return CommandResult(
+            tuple(events),
+            tuple(positions),
+            request_id=request_id,
+            affected=tuple(targets),
+            reinstated=tuple(r.head.memory_id for r in reinstated),
+            earlier_versions=tuple(left),
+        )
+
+    def _reinstate(
+        self, conn: psycopg.Connection, r: supersession.Reinstatement, now: datetime, corr: str, cause: str
+    ) -> MemoryReinstated:
+        """``MemoryReinstated`` for an earlier version whose replacement is erased: it
+        carries the memory's text and personal fields sealed under its current key, so a
+        store that dropped it rebuilds it from this event."""
+        head = r.head
+        assert head.sealed_content is not None  # only a memory that holds content is reinstated
+        personal = state.personal_fields(conn, head.memory_id)
+        event = MemoryReinstated(
+            **self._envelope(head.subject_id, now, corr, causation_id=cause),
+            memory_id=head.memory_id,
+            revision=head.revision + 1,
+            replacement=r.replacement,
+            content=head.sealed_content,
+            content_hmac=next(iter(state.content_hmacs(conn, [head.memory_id])), None),
+            personal=self._seal_personal(conn, head.subject_id, head.sealed_content.key_id, personal),
+            state=RedactedState(
+                status="needs_confirmation",
+                kind=head.kind,  # type: ignore[arg-type]
+                purpose=head.purpose,
+                scope_type=head.scope_type,  # type: ignore[arg-type]
+                expires_at=head.expires_at,
+                derived_from=head.derived_from,
+            ),
+        )
+        state.set_fields(conn, head.memory_id, revision=event.revision, status="needs_confirmation", confirmed_at=None)
+        return event
 
     # -- the rules of a slot ------------------------------------------------------------
 
+    def _record_once(self, conn: psycopg.Connection, admitted: AdmittedWrite, now: datetime, corr: str) -> _Recorded:
+        """``_record`` of an admitted write, unless it repeats an attempt already recorded
+        (the same turn or tool call and fields, ``ledger.admission``): then nothing."""
+        key = admission.attempt_fingerprint(self._keyring.fingerprint, admitted.original, "write")
+        first = None if key is None else admission.first_attempt(conn, key)
+        if first is not None:
+            return _Recorded(first.memory_id, [], first)
+        memory_id, events = self._record(conn, admitted.cmd, now, corr, screening=admitted.screening)
+        if key is not None:
+            subject = admitted.cmd.subject_id
+            admission.remember_attempt(conn, key, subject, memory_id, [e.event_id for e in events], now)
+        return _Recorded(memory_id, events)
+
     def _record(
-        self, conn: psycopg.Connection, cmd: MemoryWrite, now: datetime, corr: str, explicit: bool = False
+        self,
+        conn: psycopg.Connection,
+        cmd: MemoryWrite,
+        now: datetime,
+        corr: str,
+        explicit: bool = False,
+        screening: Screening | None = None,
     ) -> tuple[str, list[Event]]:
-        """Apply the slot rules to one (policy-checked) write; returns the memory id the
-        write ended in and its events, in log order."""
+        """Apply the slot rules to one (screened, policy-checked) write; returns the
+        memory id the write ended in and its events, in log order. ``screening`` is
+        recorded on a new memory's event."""
         if cmd.kind == "summary" and cmd.key is not None:
             raise InvalidCommandError("key", "a summary has no key: it restates its sources, it is no slot's answer")
         admission.admit(conn, cmd, now)
@@ -529,7 +677,7 @@ class Ledger:
             if same is not None:
                 return same.memory_id, self._reinforce(conn, same, cmd, now, corr)
         memory_id = new_id()
-        written = self._written(conn, cmd, memory_id, now, corr)
+        written = self._written(conn, cmd, memory_id, now, corr, screening=screening)
         events: list[Event] = [written]
         if _arrives_confirmed(cmd):
             # the subject already confirmed it: recorded as its own event, exactly as `confirm`
@@ -585,7 +733,7 @@ class Ledger:
             memory_id=head.memory_id,
             revision=head.revision + 1,
         )
-        state.bump(conn, head.memory_id, event.revision, "active")
+        state.set_fields(conn, head.memory_id, revision=event.revision, status="active", confirmed_at=now)
         events: list[Event] = [event]
         if head.key is not None and head.kind != "summary":
             rivals = state.live_in_slot(conn, head.subject_id, head.purpose, head.scope, head.key, now)
@@ -612,7 +760,7 @@ class Ledger:
                     superseded_by=by,
                 )
             )
-            state.bump(conn, old.memory_id, old.revision + 1, "superseded")
+            state.set_fields(conn, old.memory_id, revision=old.revision + 1, status="superseded", superseded_by=by)
         if olds:
             summaries = self._live_summaries_of(conn, olds[0].subject_id, [o.memory_id for o in olds])
             invalid = {o.memory_id for o in olds}
@@ -798,6 +946,7 @@ class Ledger:
         correlation_id: str,
         replaces: str | None = None,
         cause: str | None = None,
+        screening: Screening | None = None,
     ) -> MemoryWritten | SummaryDerived:
         # an inference enters unconfirmed; one that arrives confirmed is confirmed by its own
         # MemoryConfirmed next (`_record`), so the log says when and on which write it was
@@ -818,6 +967,7 @@ class Ledger:
             confidence=cmd.confidence if cmd.confidence is not None else VERACITY_CONFIDENCE[cmd.veracity],
             veracity=cmd.veracity,
             content_hmac=self._keyring.fingerprint(cmd.content),
+            screening=screening,
         )
         state.insert_head(
             conn,
@@ -843,6 +993,7 @@ class Ledger:
             veracity=cmd.veracity,
             statement_hmac=None if cmd.kind == "summary" else self._statement_hmac(cmd.content),
             sealed_content=sealed,
+            confirmed_at=now if body.confirmed else None,
         )
         envelope = self._envelope(cmd.subject_id, now, correlation_id, causation_id=cause)
         if cmd.kind == "summary":
@@ -875,4 +1026,6 @@ class Ledger:
             self._tombstone_log.publish(tombstones)
 
     def _append(self, events: Sequence[Event]) -> list[LogPosition]:
+        if not events:  # every write of the batch was a retry
+            return []
         return self._log.append_batch([(e.subject_id, encode_event(e)) for e in events])

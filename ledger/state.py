@@ -91,6 +91,29 @@ ALTER TABLE ledger_memories ALTER COLUMN scope_id DROP NOT NULL;
 CREATE TABLE IF NOT EXISTS ledger_schema_personal (applied_at timestamptz NOT NULL DEFAULT now());
 """
 
+BOUNDARY_SQL = """
+ALTER TABLE ledger_memories
+    ADD COLUMN IF NOT EXISTS superseded_by  text,
+    ADD COLUMN IF NOT EXISTS confirmed_at   timestamptz;
+CREATE INDEX IF NOT EXISTS ledger_memories_superseded_by ON ledger_memories (superseded_by);
+CREATE TABLE IF NOT EXISTS write_attempts (
+    attempt_hmac  text PRIMARY KEY,
+    subject_id    text NOT NULL,
+    memory_id     text NOT NULL,
+    event_ids     text[] NOT NULL,
+    recorded_at   timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS write_attempts_memory ON write_attempts (memory_id);
+ALTER TABLE erasure_requests
+    ADD COLUMN IF NOT EXISTS with_history      boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS reinstated        text[] NOT NULL DEFAULT '{}',
+    ADD COLUMN IF NOT EXISTS earlier_versions  text[] NOT NULL DEFAULT '{}';
+CREATE TABLE IF NOT EXISTS ledger_schema_boundary (applied_at timestamptz NOT NULL DEFAULT now());
+"""
+"""Supersession links and confirmation times in the heads, the attempts of writes that
+carried a turn or tool call id (``ledger.admission``: a retry changes nothing), and what
+an erasure did to earlier versions (``ledger.supersession``)."""
+
 ACTIVE_STATUSES = ("active", "needs_confirmation")
 """Statuses of a memory that may be used (recall, slots, sources)."""
 HOLDING_STATUSES = (*ACTIVE_STATUSES, "superseded")
@@ -120,6 +143,8 @@ class MemoryHead:
     consent_ref: str | None
     sealed_content: SealedText | None
     revoked_at: datetime | None
+    superseded_by: str | None = None
+    confirmed_at: datetime | None = None
 
     @property
     def scope(self) -> Scope:
@@ -139,11 +164,12 @@ def install(conn: psycopg.Connection) -> None:
     ensure_schema(conn, "tombstones", SCHEMA_SQL)
     ensure_schema(conn, "ledger_schema_lifecycle", LIFECYCLE_SQL)
     ensure_schema(conn, "ledger_schema_personal", PERSONAL_SQL)  # erasure forgets scope ids
+    ensure_schema(conn, "ledger_schema_boundary", BOUNDARY_SQL)
 
 
 def _head(row: tuple[Any, ...]) -> MemoryHead:
     (mid, sid, rev, status, kind, purpose, derived, scope_type, scope_id, key, sensitivity, basis, expires_at,
-     confidence, veracity, source_ref, consent_ref, sealed, revoked_at) = row  # fmt: skip
+     confidence, veracity, source_ref, consent_ref, sealed, revoked_at, superseded_by, confirmed_at) = row  # fmt: skip
     return MemoryHead(
         memory_id=str(mid),
         subject_id=str(sid),
@@ -164,12 +190,15 @@ def _head(row: tuple[Any, ...]) -> MemoryHead:
         consent_ref=consent_ref,
         sealed_content=None if sealed is None else SealedText.model_validate(sealed),
         revoked_at=revoked_at,
+        superseded_by=superseded_by,
+        confirmed_at=confirmed_at,
     )
 
 
 _HEAD_COLUMNS = (
     "memory_id, subject_id, revision, status, kind, purpose, derived_from, scope_type, scope_id, key, sensitivity,"
-    " retention_basis, expires_at, confidence, veracity, source_ref, consent_ref, sealed_content, revoked_at"
+    " retention_basis, expires_at, confidence, veracity, source_ref, consent_ref, sealed_content, revoked_at,"
+    " superseded_by, confirmed_at"
 )
 
 
@@ -296,14 +325,17 @@ def insert_head(
     veracity: str,
     statement_hmac: str | None,
     sealed_content: SealedText,
+    confirmed_at: datetime | None = None,
 ) -> None:
-    """Record a new memory at revision 1."""
+    """Record a new memory at revision 1 (``confirmed_at``: when the subject confirmed
+    it, if it was written confirmed)."""
     conn.execute(
         """
         INSERT INTO ledger_memories (memory_id, subject_id, revision, status, kind, purpose, scope_type,
             scope_id, key, consent_ref, turn_id, tool_call_id, source_ref, derived_from, expires_at, written_at,
-            content_hmac, sensitivity, retention_basis, confidence, veracity, statement_hmac, sealed_content)
-        VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            content_hmac, sensitivity, retention_basis, confidence, veracity, statement_hmac, sealed_content,
+            confirmed_at)
+        VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
         """,
         (
             memory_id,
@@ -328,6 +360,7 @@ def insert_head(
             veracity,
             statement_hmac,
             Jsonb(sealed_content.model_dump(mode="json")),
+            confirmed_at,
         ),
     )
 
@@ -410,9 +443,12 @@ def forget_personal(conn: psycopg.Connection, memory_ids: Sequence[str]) -> None
     """Drop the personal fields of erased memories from their heads: key, scope id,
     provenance references, statement fingerprint and sealed copy (the content fingerprint
     stays: trace probes search the stores with it). What stays is content-free: ids,
-    subject, revision, status, kind, purpose, scope type, class, times and lineage."""
+    subject, revision, status, kind, purpose, scope type, class, times and lineage. The
+    recorded attempts of writes that ended in these memories (``write_attempts``) go too."""
     cleared = ", ".join(f"{c} = NULL" for c in (*_PERSONAL_COLUMNS, "statement_hmac", "sealed_content"))
     conn.execute(f"UPDATE ledger_memories SET {cleared} WHERE memory_id = ANY(%s)", (list(memory_ids),))
+    # the fingerprints of the writes' turn and tool call ids: nothing is a retry of them any more
+    conn.execute("DELETE FROM write_attempts WHERE memory_id = ANY(%s)", (list(memory_ids),))
 
 
 def content_hmacs(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:

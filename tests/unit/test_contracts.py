@@ -242,6 +242,7 @@ EVENT_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {
         replacement=memory_ids,
         content=sealed_texts,
         personal=sealed_texts,
+        content_hmac=st.none() | ids,
         state=st.builds(
             RedactedState,
             status=st.just("needs_confirmation"),
