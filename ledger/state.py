@@ -114,6 +114,11 @@ CREATE TABLE IF NOT EXISTS ledger_schema_boundary (applied_at timestamptz NOT NU
 carried a turn or tool call id (``ledger.admission``: a retry changes nothing), and what
 an erasure did to earlier versions (``ledger.supersession``)."""
 
+SHREDDED_TABLES = ("ledger_memories", "memory_keys", "write_attempts", "memory_dlq")
+"""The ledger's tables from which commands remove personal fields, data keys, attempt
+fingerprints or dead letters: their old row versions keep them in the table files until
+the table is rewritten (``memledger compact``)."""
+
 ACTIVE_STATUSES = ("active", "needs_confirmation")
 """Statuses of a memory that may be used (recall, slots, sources)."""
 HOLDING_STATUSES = (*ACTIVE_STATUSES, "superseded")
