@@ -25,12 +25,10 @@ put in an error message or recorded.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -42,14 +40,14 @@ from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
 from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 from email_validator import EmailNotValidError, validate_email
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from stdnum import iban, luhn
 
-from contracts import MemoryWrite, Screening, ScreeningFinding, describe_validation_error
+from contracts import MemoryWrite, Screening, ScreeningFinding
 from contracts.types import Sensitivity
 from ledger.admission import SENSITIVITY_ORDER
-from ledger.errors import InvalidCommandError, PolicyError
-from ledger.policy import RetentionPolicy
+from ledger.errors import InvalidCommandError
+from ledger.policy import RetentionPolicy, read_policy_file
 
 PersonalKind = Literal["email_address", "phone_number", "payment_card_number", "iban"]
 SecretAction = Literal["refuse", "replace"]
@@ -66,10 +64,7 @@ class SecretRules(BaseModel):
 
     @model_validator(mode="after")
     def _known(self) -> SecretRules:
-        known = set(_plugin_classes())
-        unknown = [d for d in self.detectors if d not in known]
-        if unknown:
-            raise ValueError(f"secrets.detectors: unknown detect-secrets plugin {', '.join(unknown)}")
+        _all_known("secrets.detectors", self.detectors, set(_plugin_classes()), "detect-secrets plugin")
         return self
 
 
@@ -84,11 +79,15 @@ class PersonalRules(BaseModel):
 
     @model_validator(mode="after")
     def _regions(self) -> PersonalRules:
-        supported = phonenumbers.SUPPORTED_REGIONS
-        unknown = [r for r in self.phone_regions if r not in supported]
-        if unknown:
-            raise ValueError(f"personal.phone_regions: unknown region {', '.join(unknown)} (ISO 3166-1 alpha-2)")
+        regions = phonenumbers.SUPPORTED_REGIONS
+        _all_known("personal.phone_regions", self.phone_regions, regions, "region (ISO 3166-1 alpha-2)")
         return self
+
+
+def _all_known(field: str, given: tuple[str, ...], known: set[str], what: str) -> None:
+    unknown = [g for g in given if g not in known]
+    if unknown:
+        raise ValueError(f"{field}: unknown {what} {', '.join(unknown)}")
 
 
 class ScreeningPolicy(BaseModel):
@@ -108,20 +107,7 @@ def load_screening_policy(path: Path | None = None) -> ScreeningPolicy:
         PolicyError: the file is missing, not TOML, or breaks the schema (the message
             names the field).
     """
-    try:
-        if path is None:
-            text = resources.files("ledger").joinpath("screening.toml").read_text(encoding="utf-8")
-        else:
-            text = Path(path).read_text(encoding="utf-8")
-        return ScreeningPolicy.model_validate(tomllib.loads(text))
-    except OSError as exc:
-        raise PolicyError(f"screening policy {path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise PolicyError(f"screening policy {path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"screening policy {path}: not valid TOML ({exc})") from None
-    except ValidationError as exc:
-        raise PolicyError(f"screening policy {path}: {describe_validation_error(exc)}") from None
+    return read_policy_file(ScreeningPolicy, "screening.toml", "screening policy", path)
 
 
 class SecretFoundError(InvalidCommandError):
