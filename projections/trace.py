@@ -19,8 +19,9 @@ operation of the store can remove just those letters); ``failed`` when a probe f
 data in a store that claims to have applied the erasure; ``pending`` otherwise (some
 store has not applied it yet or could not be probed).
 
-Two more things are reported, not judged (no supported path reads them): the ``disk``
-row, ``compacted at T`` once a complete ``memledger compact`` ran after every store had
+Two more things are reported, not judged (no supported path reads them), apart from
+``stores``: the ``disk`` row (``TraceReport.disk``, the last row of the table),
+``compacted at T`` once a complete ``memledger compact`` ran after every store had
 applied the erasure (``applied``), else ``residue until compaction`` (``reported``): old
 row versions, index entries, WAL segments and dumps may still hold the bytes; and the
 earlier versions of the erased memories that the request left (``ledger.supersession``),
@@ -119,6 +120,13 @@ class TraceReport:
     fingerprints: int = 0
     with_history: bool = False
     earlier_versions: list[EarlierVersion] = field(default_factory=list)
+    disk: StoreTrace | None = None
+    """Residue on disk (``applied``: compacted; ``reported``: until compaction); not in
+    ``stores``, whose rows are the supported paths the verdict judges."""
+
+    def rows(self) -> list[StoreTrace]:
+        """The rows of the table: every store, then ``disk``."""
+        return [*self.stores, *([self.disk] if self.disk is not None else [])]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -229,9 +237,9 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         report.stores.append(t)
     if targets.dead_letters is not None:
         report.stores.append(_dlq_trace(targets, scope_of(ids, kind, subject, source_ref), purged, log_receipt))
-    with pool.connection() as conn:
-        report.stores.append(_disk_trace(conn, report.stores, requested_at))
     report.verdict = verdict_of(report.stores)
+    with pool.connection() as conn:
+        report.disk = _disk_trace(conn, report.stores, requested_at)
     return report
 
 
@@ -448,7 +456,7 @@ def render_text(report: TraceReport) -> str:
         f"{'store':<10} {'status':<8} {'applied at (UTC)':<33} {'offset':>7} {'removed':>7} {'latency s':>9}"
         "  probe by id; by fingerprint",
     ]
-    for s in report.stores:
+    for s in report.rows():
         lines.append(
             f"{s.store:<10} {s.status:<8} {s.applied_at or '-':<33} {_dash(s.log_offset):>7} "
             f"{_dash(s.items_removed):>7} {_dash(s.latency_s):>9}  {s.probe}; {s.fingerprint_probe}"

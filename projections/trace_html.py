@@ -111,7 +111,7 @@ def render_html(report: TraceReport) -> str:
         "<th>Store</th><th>Status</th><th>Applied at (UTC)</th><th>Partition</th><th>Offset</th>",
         "<th>Items removed</th><th>Latency (s)</th><th>Probe by memory id</th><th>Probe by content fingerprint</th>",
         "</tr></thead><tbody>",
-        *(_store_row(s) for s in report.stores),
+        *(_store_row(s) for s in report.rows()),
         "</tbody></table>",
         *(f'<p class="note" data-rebuilt="{_v(s.store)}">{_v(rebuilt_note(s))}</p>' for s in rebuilt),
         *_earlier(report),

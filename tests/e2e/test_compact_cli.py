@@ -70,6 +70,6 @@ def test_after_compact_no_file_of_the_data_directory_holds_the_erased_text(embed
     assert compaction["complete"], compaction
     assert {s["store"] for s in compaction["steps"]} == {"postgres", "wal", "vectors", "cache"}
     assert files_holding(data, TEXTS + TURNS) == {}
-    (disk,) = [s for s in cli.json("trace", erased["request_id"])["stores"] if s["store"] == "disk"]
+    disk = cli.json("trace", erased["request_id"])["disk"]
     assert disk["status"] == "applied" and disk["probe"] == f"compacted at {compaction['finished_at']}"
     assert files_holding(data, TEXTS + TURNS) == {}  # and the commands since wrote nothing of it back

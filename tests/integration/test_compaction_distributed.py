@@ -100,7 +100,8 @@ def test_after_compact_the_servers_files_of_this_deployment_hold_no_erased_text(
         assert len(partitions) == settings.partitions
         for partition in partitions:
             assert files_holding(partition, NEEDLES) == {}, partition  # sealed: never in clear there
-        (disk,) = [s for s in trace(svc.pool, r.request_id or "", svc.trace_targets()).stores if s.store == "disk"]
+        disk = trace(svc.pool, r.request_id or "", svc.trace_targets()).disk
+        assert disk is not None
         if report.complete:
             assert disk.status == "applied"
         else:  # a shared server recycles its WAL (wal_recycle = on): the disk row says what is left
