@@ -1,5 +1,5 @@
-"""Nothing left on disk in the distributed mode: after an erasure with its history and a
-compaction, no file of the test database's own directory on the PostgreSQL server, of
+"""Nothing left on disk in the distributed mode: after an erasure with its history, a
+replay of every projection and a compaction, no file of the test database's own directory on the PostgreSQL server, of
 the Redis server's directory or of the event topic's Kafka partitions holds the erased
 text or its turn ids. (The server's WAL is shared with every other database on it and
 recycled by default: what a client cannot check there, the README says.)"""
@@ -23,6 +23,7 @@ from tests.integration.conftest import recall_ids
 from tests.integration.distributed import distributed_settings
 from workers.bootstrap import build
 from workers.compaction import compact_targets
+from workers.versioning import rebuild
 
 pytestmark = pytest.mark.integration
 
@@ -84,10 +85,13 @@ def test_after_compact_the_servers_files_of_this_deployment_hold_no_erased_text(
         database = readable(Path(data_dir) / "base" / str(oid), "the test database's directory")
         assert files_holding(database, NEEDLES), "no residue before compact: the search would prove nothing"
 
+        for name in ("facts", "vectors", "cache", "summaries"):  # version 2 serves; version 1 stays, previous
+            rebuild(svc, name)
         report = compact(svc.pool, compact_targets(svc, 5.0), "cp-test")
         steps = {(s.store, s.target): s.status for s in report.steps}
-        assert steps[("postgres", "ledger_memories")] == steps[("postgres", "facts_v1")] == "done"
-        assert steps[("vectors", "memories_v1")] == "done"
+        for table in ("ledger_memories", "facts_v1", "facts_v2", "summaries_v1", "summaries_v2"):
+            assert steps[("postgres", table)] == "done", table
+        assert steps[("vectors", "memories_v1")] == steps[("vectors", "memories_v2")] == "done"
 
         assert files_holding(database, NEEDLES) == {}
         redis_dir = readable(Path(redis_client.config_get("dir")["dir"]), "the Redis server's directory")  # type: ignore[attr-defined]
