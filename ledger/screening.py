@@ -172,12 +172,10 @@ class Screener:
         Raises:
             SecretFoundError: field ``content``, a secret the policy refuses.
         """
-        screened = self.screen_text(cmd.content, cmd.sensitivity, "content")
-        if screened.content == cmd.content and screened.sensitivity == cmd.sensitivity:
-            return cmd, screened.screening
-        return cmd.model_copy(update={"content": screened.content, "sensitivity": screened.sensitivity}), (
-            screened.screening
-        )
+        s = self.screen_text(cmd.content, cmd.sensitivity, "content")
+        if (s.content, s.sensitivity) != (cmd.content, cmd.sensitivity):
+            cmd = cmd.model_copy(update={"content": s.content, "sensitivity": s.sensitivity})
+        return cmd, s.screening
 
     def screen_text(self, text: str, sensitivity: Sensitivity, field: str) -> Screened:
         """Screen ``text`` of a memory of class ``sensitivity``.
