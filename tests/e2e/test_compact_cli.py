@@ -62,9 +62,7 @@ def test_after_compact_no_file_of_the_data_directory_holds_the_erased_text(embed
     assert before, "no residue before compact: the search would prove nothing"
     trace = cli.json("trace", erased["request_id"])
     assert trace["verdict"] == "complete"
-    assert [s["probe"] for s in trace["stores"] if s["store"] == "disk"] == [
-        "residue until compaction (memledger compact)"
-    ]
+    assert trace["disk"]["probe"] == "residue until compaction (memledger compact)"
 
     compaction = cli.json("compact")
     assert compaction["complete"], compaction
