@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -60,16 +60,12 @@ from ledger.pgschema import vacuum
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
 from ledger.retry import retry_aborted
-from ledger.screening import (
-    AdmittedWrite,
-    Screener,
-    ScreeningPolicy,
-    admit_write,
-    load_screening_policy,
-    screen_redaction,
-)
+from ledger.screening import AdmittedWrite, ScreeningPolicy, admit_write, load_screening_policy, screen_redaction
 from ledger.summariser import ExtractiveSummariser, Summariser
 from ledger.tombstone_log import Tombstone, TombstoneLog
+
+if TYPE_CHECKING:
+    from ledger.detectors import Screener
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +159,8 @@ class Ledger:
         self._clock = clock
         self.policy = policy or load_policy()
         self._summariser = summariser or ExtractiveSummariser()
-        self.screener = Screener(screening or load_screening_policy())
+        self._screening = screening or load_screening_policy()
+        self._screener: Screener | None = None
         with pool.connection() as conn:
             state.install(conn)
             Keyring.install(conn)
@@ -175,6 +172,24 @@ class Ledger:
     @property
     def keyring(self) -> Keyring:
         return self._keyring
+
+    @property
+    def screener(self) -> Screener:
+        """The screener of memory text, built at first use (``ledger.detectors`` imports
+        the detector libraries, which commands that write nothing do not need).
+
+        Raises:
+            PolicyError: the screening policy names an unknown detector or region.
+        """
+        if self._screener is None:
+            from ledger.detectors import Screener
+
+            self._screener = Screener(self._screening)
+        return self._screener
+
+    @screener.setter
+    def screener(self, screener: Screener) -> None:
+        self._screener = screener
 
     # -- commands ---------------------------------------------------------------------
 

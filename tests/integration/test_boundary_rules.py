@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from contracts import EraseMemories, MemoryWritten, RevokeConsent, utc_now
+from ledger.detectors import Screener
 from ledger.errors import InvalidCommandError
-from ledger.screening import Screener, SecretFoundError, load_screening_policy
+from ledger.screening import SecretFoundError, load_screening_policy
 from projections.facts import STABLE
 from projections.trace import EarlierVersion, trace
 from tests.builders import memory_write

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from contracts import utc_now
+from ledger.detectors import Screener
 from ledger.errors import InvalidCommandError, PolicyError
 from ledger.policy import load_policy
 from ledger.screening import (
-    Screener,
     ScreeningPolicy,
     SecretFoundError,
     admit_write,
@@ -162,8 +162,7 @@ def test_kinds_are_the_detect_secrets_types_in_snake_case() -> None:
 @pytest.mark.parametrize(
     ("toml", "expected"),
     [
-        ('name = "x"\n[secrets]\ndetectors = ["NoSuchDetector"]\n[personal]\n', "unknown detect-secrets plugin"),
-        ('name = "x"\n[secrets]\ndetectors = ["AWSKeyDetector"]\n[personal]\nphone_regions = ["XX"]\n', "region"),
+        ('name = "x"\n[secrets]\ndetectors = ["AWSKeyDetector"]\n[personal]\nphone_regions = ["usa"]\n', "regions"),
         ('name = "x"\n[secrets]\ndetectors = ["AWSKeyDetector"]\naction = "ignore"\n[personal]\n', "action"),
         ('name = "x"\n[personal]\n', "secrets"),
         ("name = ", "not valid TOML"),
@@ -176,6 +175,20 @@ def test_a_bad_policy_file_is_refused_naming_the_field(tmp_path: Path, toml: str
         load_screening_policy(path)
     with pytest.raises(PolicyError, match="cannot read"):
         load_screening_policy(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ({"secrets": POLICY.secrets.model_copy(update={"detectors": ("NoSuchDetector",)})}, "detect-secrets plugin"),
+        ({"personal": POLICY.personal.model_copy(update={"phone_regions": ("XX",)})}, "phone_regions: unknown region"),
+    ],
+)
+def test_a_policy_naming_an_unknown_detector_or_region_is_refused_when_screening_starts(
+    section: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(PolicyError, match=expected):
+        Screener(POLICY.model_copy(update=section))
 
 
 def test_the_checked_in_policy_refuses_secrets_and_raises_to_personal() -> None:
