@@ -29,6 +29,7 @@ from contracts import (
     Event,
     MemoryRedacted,
     MemoryReinforced,
+    MemoryReinstated,
     MemoryWritten,
     RetentionExpired,
     SummaryDerived,
@@ -246,7 +247,7 @@ def write_receipt(
     )
 
 
-WRITE_EVENTS = (MemoryWritten, SummaryDerived, MemoryRedacted, MemoryReinforced)
+WRITE_EVENTS = (MemoryWritten, SummaryDerived, MemoryRedacted, MemoryReinforced, MemoryReinstated)
 """Events that put a memory (or its text) into a store. Before applying one, a projection
 asks ``ContentAccess.erased_among`` and applies nothing of a tombstoned memory, live and
 in a replay, even if its data key could still be read."""

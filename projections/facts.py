@@ -29,6 +29,7 @@ from contracts import (
     MemoryConfirmed,
     MemoryRedacted,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWritten,
     RetentionExpired,
@@ -139,6 +140,7 @@ _STATUS_BY_EVENT = {
     "MemorySuperseded": "superseded",
     "MemoryConfirmed": "active",
     "ConflictDetected": "needs_confirmation",
+    "MemoryReinstated": "needs_confirmation",
     "ConsentRevoked": "revoked",
     "RetentionExpired": "expired",
     "ErasureRequested": "erased",
@@ -205,6 +207,8 @@ class FactsProjection(base.TransactionalProjection):
             self._erased(conn, event, position)
         elif isinstance(event, MemoryReinforced):
             self._reinforced(conn, event)
+        elif isinstance(event, MemoryReinstated):
+            self._reinstated(conn, event)
         elif isinstance(
             event, MemorySuperseded | MemoryConfirmed | ConflictDetected | ConsentRevoked | RetentionExpired
         ):
@@ -291,6 +295,16 @@ class FactsProjection(base.TransactionalProjection):
             f"UPDATE {self.table} SET confidence = %s, revision = %s, updated_at = %s"
             " WHERE memory_id = %s AND revision < %s",
             (e.confidence, e.revision, e.occurred_at, e.memory_id, e.revision),
+        )
+
+    def _reinstated(self, conn: psycopg.Connection, e: MemoryReinstated) -> None:
+        """The memory is live again, awaiting confirmation: no longer superseded. Its row
+        kept its content while it was superseded (a row whose text a replay could not
+        open has none, and gets none here either: its key is gone)."""
+        conn.execute(
+            f"UPDATE {self.table} SET status = 'needs_confirmation', superseded_by = NULL, confirmed = false,"
+            " revision = %s, updated_at = %s WHERE memory_id = %s AND revision < %s",
+            (e.revision, e.occurred_at, e.memory_id, e.revision),
         )
 
     def _status(self, conn: psycopg.Connection, e: Event) -> None:

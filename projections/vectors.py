@@ -7,7 +7,8 @@ revision is newer than the point's; the position is stored after the index write
 A memory that stops being usable (superseded, revoked, expired, erased) loses its point;
 one in a detected conflict keeps it with status ``needs_confirmation`` (so recall's status
 filter leaves it out unless unconfirmed memories are asked for), and a reinforcement only
-bumps its revision.
+bumps its revision. A memory reinstated after its replacement was erased
+(``MemoryReinstated``) gets its point back, embedded from the text the event carries.
 
 The collection is ensured when the projection is built or, if the index cannot be
 reached then, before the first write: a process can start, and an erasure be issued,
@@ -31,6 +32,7 @@ from contracts import (
     MemoryConfirmed,
     MemoryRedacted,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWritten,
     PersonalFields,
@@ -121,7 +123,7 @@ class VectorsProjection(base.PositionedProjection):
         self._ensure_collection()
         erased = self._content.erased_among([e.memory_id for e in events if isinstance(e, base.WRITE_EVENTS)])
         events = [e for e in events if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
-        writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted)]
+        writes = [e for e in events if isinstance(e, MemoryWritten | MemoryRedacted | MemoryReinstated)]
         sealed = [
             (w.memory_id, w.memory.content if isinstance(w, MemoryWritten) else w.content, w.occurred_at)
             for w in writes
@@ -136,7 +138,7 @@ class VectorsProjection(base.PositionedProjection):
         for e in events:
             if isinstance(e, SummaryDerived):
                 continue
-            if isinstance(e, MemoryWritten | MemoryRedacted):
+            if isinstance(e, MemoryWritten | MemoryRedacted | MemoryReinstated):
                 if e.event_id in vectors:
                     self._upsert(e, vectors[e.event_id], personal[e.event_id], current)
             elif isinstance(e, MemoryConfirmed):
@@ -155,7 +157,9 @@ class VectorsProjection(base.PositionedProjection):
                 for m in gone:
                     current.pop(m, None)
 
-    def _personal(self, writes: Sequence[MemoryWritten | MemoryRedacted]) -> dict[str, PersonalFields]:
+    def _personal(
+        self, writes: Sequence[MemoryWritten | MemoryRedacted | MemoryReinstated]
+    ) -> dict[str, PersonalFields]:
         """The opened personal fields of each write, by event id (writes whose fields
         cannot be opened are left out: they get no point)."""
         if not writes:
@@ -222,7 +226,7 @@ class VectorsProjection(base.PositionedProjection):
 
     def _upsert(
         self,
-        e: MemoryWritten | MemoryRedacted,
+        e: MemoryWritten | MemoryRedacted | MemoryReinstated,
         vector: list[float],
         personal: PersonalFields,
         current: dict[str, dict[str, Any]],
@@ -230,7 +234,22 @@ class VectorsProjection(base.PositionedProjection):
         existing = current.get(e.memory_id)
         if existing is not None and int(existing.get("revision", 0)) >= e.revision:
             return
-        if isinstance(e, MemoryRedacted):
+        if isinstance(e, MemoryReinstated):
+            s = e.state
+            payload = self._payload(
+                e.memory_id,
+                e.subject_id,
+                e.revision,
+                e.content_hmac,
+                s.status,
+                s.kind,
+                s.purpose,
+                s.scope_type,
+                personal.scope_id,
+                s.expires_at,
+                s.derived_from,
+            )
+        elif isinstance(e, MemoryRedacted):
             if existing is not None:
                 payload = existing | {"revision": e.revision, "content_hmac": e.content_hmac}
             elif e.state is not None and e.state.status in ("active", "needs_confirmation"):
