@@ -5,6 +5,7 @@ local Qdrant index; the crash is a real process exit at the injected point, see
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -36,7 +37,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
             continue
         if name == "master_key":
             value = settings.master_key.get_secret_value() if settings.master_key else None
-        env[f"MEMLEDGER_{name.upper()}"] = str(value)
+        # complex values (recall_weights) are read back as JSON by pydantic-settings
+        env[f"MEMLEDGER_{name.upper()}"] = json.dumps(value) if isinstance(value, dict | list) else str(value)
     return env
 
 
