@@ -188,6 +188,18 @@ class CommandResult:
     reinstated: tuple[str, ...] = ()
     earlier_versions: tuple[str, ...] = ()
 
+    @property
+    def screening(self) -> Screening | None:
+        """What screening decided for the text the command recorded: that of the written
+        event of ``memory_id`` (a write or supersession), or of the redaction; ``None``
+        for other commands, a restatement, a retry, or an event written unscreened."""
+        for e in self.events:
+            if isinstance(e, MemoryWritten | SummaryDerived) and e.memory_id == self.memory_id:
+                return e.memory.screening
+            if isinstance(e, MemoryRedacted):
+                return e.screening
+        return None
+
 
 @dataclass(frozen=True)
 class _Recorded:

@@ -27,13 +27,9 @@ from contracts import (
     ContractError,
     EraseMemories,
     MemoryConfirmed,
-    MemoryRedacted,
     MemoryWrite,
-    MemoryWritten,
     RedactMemory,
     RevokeConsent,
-    Screening,
-    SummaryDerived,
     describe_validation_error,
     utc_now,
 )
@@ -87,25 +83,15 @@ def _result(r: CommandResult) -> dict[str, object]:
         out["first_event_ids"] = list(r.first_event_ids)
     if r.request_id is not None:
         out |= {"reinstated": list(r.reinstated), "earlier_versions": list(r.earlier_versions)}
-    screening = _screening(r)
+    screening = r.screening
     if screening is not None:
         out["screening"] = screening.model_dump(mode="json")
     return out
 
 
-def _screening(r: CommandResult) -> Screening | None:
-    """What screening decided for the memory a write ended in (its first event's)."""
-    for e in r.events:
-        if isinstance(e, MemoryWritten | SummaryDerived) and e.memory_id == r.memory_id:
-            return e.memory.screening
-        if isinstance(e, MemoryRedacted):
-            return e.screening
-    return None
-
-
 def _screened(r: CommandResult) -> str:
     """What screening did, in words (empty when it found nothing)."""
-    s = _screening(r)
+    s = r.screening
     if s is None or not s.findings:
         return ""
     replaced = [f"{f.count} {f.kind}" for f in s.findings if f.action == "replaced"]
