@@ -111,18 +111,7 @@ class AsyncLedgerClient:
     ) -> wire.CommandAck:
         """Erase memories by id, by ``source``, or the ``whole_subject`` (``with_history``: and every
         earlier version they superseded); the answer's ``request_id`` traces it."""
-        return await self._send(
-            calls.erase(
-                subject_id,
-                wire.Erase(
-                    memory_ids=list(memory_ids),
-                    whole_subject=whole_subject,
-                    source=source,
-                    reason=reason,
-                    with_history=with_history,
-                ),
-            )
-        )
+        return await self._send(calls.erase(subject_id, memory_ids, whole_subject, source, reason, with_history))
 
     async def memory_tool(
         self, subject_id: str, command: wire.MemoryCommand | Mapping[str, Any]

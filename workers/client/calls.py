@@ -81,7 +81,16 @@ def revoke_consent(subject_id: str, change: wire.RevokeConsent) -> Call[wire.Com
     return _command(f"/v1/subjects/{_p(subject_id)}/consent/revoke", change, wire.CommandAck)
 
 
-def erase(subject_id: str, change: wire.Erase) -> Call[wire.CommandAck]:
+def erase(
+    subject_id: str, memory_ids: Sequence[str], whole_subject: bool, source: str | None, reason: str, with_history: bool
+) -> Call[wire.CommandAck]:
+    change = wire.Erase(
+        memory_ids=list(memory_ids),
+        whole_subject=whole_subject,
+        source=source,
+        reason=reason,
+        with_history=with_history,
+    )
     return _command(f"/v1/subjects/{_p(subject_id)}/erasures", change, wire.CommandAck)
 
 
