@@ -160,14 +160,17 @@ def _secret_spans(plugin: BasePlugin, text: str) -> list[tuple[int, int]]:
 def _values(plugin: BasePlugin, text: str) -> Iterator[str]:
     """The secret values ``plugin`` reports in ``text``. The keyword plugin runs in its
     default mode (a quoted value: ``password = "..."``) and in its configuration-file mode
-    (``password: ...``), where in prose only a value mixing letters and digits counts
-    (``password: hunter2``, not ``password: the one on the note``)."""
+    (``password: ...``, its value running to the end of the line), where in prose only a
+    first word mixing letters and digits counts (``password: hunter2 for now`` reports
+    ``hunter2``; ``password: the one on the note`` and ``secret: the code is 0000`` are
+    sentences, not credentials)."""
     if isinstance(plugin, keyword.KeywordDetector):
         if not _KEYWORDS.search(text):  # the plugin's own keywords (its patterns are slow)
             return
         yield from plugin.analyze_string(text)
         unquoted = plugin.analyze_string(text, keyword.CONFIG_DENYLIST_REGEX_TO_GROUP)
-        yield from (v for v in unquoted if _LETTER.search(v) and _DIGIT.search(v))
+        words = (v.split()[0] for v in unquoted if v.strip())
+        yield from (w for w in words if _LETTER.search(w) and _DIGIT.search(w))
     elif isinstance(plugin, HighEntropyStringsPlugin):
         limit = plugin.entropy_limit
         yield from (v for v in plugin.analyze_string(text) if plugin.calculate_shannon_entropy(v) > limit)

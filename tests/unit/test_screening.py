@@ -36,6 +36,7 @@ SECRETS = [
     ("postgres://admin:s3cr3tPassw0rd@db.example.com/app", "basic_auth_credentials", "s3cr3tPassw0rd"),
     (f"the deploy key:\n{PEM}\nkeep it safe", "private_key", "MIIEowIBAAKCAQEAx4UbaDzY"),
     ("password = hunter2isgreat", "secret_keyword", "hunter2isgreat"),
+    ("db password: hunter2isgreat until Friday", "secret_keyword", "hunter2isgreat"),
     ('api_key = "abcd1234efgh5678"', "secret_keyword", "abcd1234efgh5678"),
     ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "stripe_access_key", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
     (
@@ -60,6 +61,7 @@ ORDINARY = [
     "Order 1234567890123 shipped in version 1.2.3.4",
     "Her password policy: rotate every 90 days",
     "password: the one on the sticky note",
+    "Their secret: the launch code is 0000",
     "Memory 0190a5a0-0000-7000-8000-000000000000 was superseded",
     "Card ending 4242, IBAN not given, email me later",
     "Uses a secret santa list and a private key ring for the office",
