@@ -142,6 +142,9 @@ async def every_tool(client: Client, agent: Agent) -> None:
     assert traced["subject_id"] == s and traced["memory_ids"] == [newer["memory_id"]]
     missing = await refused(client, "remember", subject_id=s, purpose=PURPOSE)
     assert missing["field"] == "content"
+    secret = "the deploy key is AKIAIOSFODNN7EXAMPLE"  # screened at the ledger, as every way in
+    leaked = await refused(client, "remember", subject_id=s, content=secret, purpose=PURPOSE)
+    assert leaked["field"] == "content" and "AWS Access Key" in leaked["rule"] and "AKIA" not in json.dumps(leaked)
 
 
 async def memory_tool_commands(client: Client, s: str) -> None:
