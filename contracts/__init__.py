@@ -19,6 +19,7 @@ from contracts.events import (
     MemoryRedacted,
     MemoryRef,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWritten,
     RedactedState,
@@ -37,6 +38,7 @@ from contracts.memory import (
     SealedText,
     full_provenance,
 )
+from contracts.screening import Screening, ScreeningFinding
 from contracts.serialization import decode_event, describe_validation_error, encode_event, evolved
 from contracts.types import VERACITY_CONFIDENCE, utc_now
 
@@ -60,6 +62,7 @@ __all__ = [
     "MemoryRedacted",
     "MemoryRef",
     "MemoryReinforced",
+    "MemoryReinstated",
     "MemorySuperseded",
     "MemoryWrite",
     "MemoryWritten",
@@ -71,6 +74,8 @@ __all__ = [
     "RetentionExpired",
     "RevokeConsent",
     "Scope",
+    "Screening",
+    "ScreeningFinding",
     "SealedText",
     "SummaryDerived",
     "UnknownEventError",

@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from contracts.memory import Frozen, Provenance, Retention, Scope
+from contracts.base import Frozen
+from contracts.memory import Provenance, Retention, Scope
 from contracts.types import Content, Kind, NonEmptyStr, Sensitivity, Veracity
 
 
@@ -77,7 +78,11 @@ class EraseMemories(Frozen):
       ``provenance.source_ref`` equals it (a conversation turn, a tool call or a
       document).
 
-    Memories derived from the erased ones are erased with them. Erasure is irreversible.
+    Memories derived from the erased ones are erased with them. With ``with_history``,
+    so is every earlier version of each one: every memory it superseded, directly or
+    through a chain of supersessions (without it, an earlier version keeps its content,
+    and one replaced by a memory that was live when erased is live again, awaiting
+    confirmation: see ``MemoryReinstated``). Erasure is irreversible.
 
     Raises:
         pydantic.ValidationError: ``memory_ids`` when none or more than one target is
@@ -90,6 +95,7 @@ class EraseMemories(Frozen):
     source_ref: NonEmptyStr | None = None
     reason: NonEmptyStr
     legal_basis: NonEmptyStr = "gdpr-art-17"
+    with_history: bool = False
 
     @model_validator(mode="after")
     def _target(self) -> EraseMemories:

@@ -16,7 +16,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from contracts.memory import ClearProvenance, Frozen, MemoryBody, SealedText
+from contracts.base import Frozen
+from contracts.memory import ClearProvenance, MemoryBody, SealedText
+from contracts.screening import Screening
 from contracts.types import Kind, MemoryId, MemoryStatus, NonEmptyStr, ScopeType, UtcDatetime
 
 SCHEMA_VERSION = 1
@@ -51,8 +53,11 @@ class MemoryWritten(Envelope):
 
     The ledger writes every inference unconfirmed: one that the subject had already
     confirmed is followed by its own ``MemoryConfirmed``. (A log written before that
-    may hold an inference with ``memory.confirmed`` true, which enters ``active``.)"""
+    may hold an inference with ``memory.confirmed`` true, which enters ``active``.)
 
+    Version 2 added ``memory.screening`` (version 1 events read as ``None``)."""
+
+    schema_version: int = Field(default=2, ge=1)
     type: Literal["MemoryWritten"] = "MemoryWritten"
     memory_id: MemoryId
     revision: int = Field(default=1, ge=1)
@@ -63,8 +68,11 @@ class SummaryDerived(Envelope):
     """A summary was derived from other memories (``memory.provenance.derived_from``).
 
     ``replaces`` names the summary this one regenerates, when a source of that summary
-    was invalidated and the ledger summarised the sources that remain."""
+    was invalidated and the ledger summarised the sources that remain.
 
+    Version 2 added ``memory.screening`` (version 1 events read as ``None``)."""
+
+    schema_version: int = Field(default=2, ge=1)
     type: Literal["SummaryDerived"] = "SummaryDerived"
     memory_id: MemoryId
     revision: int = Field(default=1, ge=1)
@@ -123,8 +131,10 @@ class ConflictDetected(Envelope):
 
 
 class RedactedState(Frozen):
-    """What a projection needs to rebuild a redacted memory without its original text
-    (whose key the redaction destroyed): the memory's state when it was redacted."""
+    """What a projection needs to rebuild a memory from one event, without the events
+    before it: the memory's state when the event was made (a redaction, whose original
+    text's key is destroyed, or a reinstatement, after which a store that dropped the
+    memory when it was superseded holds it again)."""
 
     status: MemoryStatus
     kind: Kind
@@ -138,8 +148,11 @@ class MemoryRedacted(Envelope):
     """Part of a memory's text was removed; ``content`` is the new, sealed text, under a
     new data key: the key of the text it replaces is destroyed, so no copy of that text
     in the log stays readable. ``personal`` holds the memory's personal fields sealed
-    under the new key (the ones under the destroyed key are unreadable from now on)."""
+    under the new key (the ones under the destroyed key are unreadable from now on).
+    ``screening`` records what screening found in the new text (version 2 added it;
+    version 1 events read as ``None``)."""
 
+    schema_version: int = Field(default=2, ge=1)
     type: Literal["MemoryRedacted"] = "MemoryRedacted"
     memory_id: MemoryId
     revision: int = Field(ge=2)
@@ -148,6 +161,30 @@ class MemoryRedacted(Envelope):
     content_hmac: NonEmptyStr | None = None
     state: RedactedState | None = None
     personal: SealedText | None = None
+    screening: Screening | None = None
+
+
+class MemoryReinstated(Envelope):
+    """A superseded memory is live again, awaiting confirmation: the memory that had
+    superseded it, ``replacement``, was erased (``reason`` ``replacement_erased``), so its
+    slot would otherwise have no answer. Its status becomes ``needs_confirmation``: it is
+    recalled only with unconfirmed memories, and ``confirm`` makes it ``active`` again.
+    ``causation_id`` is the event id of the ``ErasureRequested``.
+
+    ``content`` and ``personal`` are the memory's text and personal fields, sealed under
+    its current data key, ``content_hmac`` the text's fingerprint, and ``state`` its state
+    now, so that a store that dropped the memory when it was superseded (the vector
+    index) can rebuild it from this event."""
+
+    type: Literal["MemoryReinstated"] = "MemoryReinstated"
+    memory_id: MemoryId
+    revision: int = Field(ge=2)
+    reason: Literal["replacement_erased"] = "replacement_erased"
+    replacement: MemoryId
+    content: SealedText
+    personal: SealedText
+    state: RedactedState
+    content_hmac: NonEmptyStr | None = None
 
 
 class ConsentRevoked(Envelope):
@@ -202,6 +239,7 @@ Event = Annotated[
     | MemoryReinforced
     | ConflictDetected
     | MemoryRedacted
+    | MemoryReinstated
     | ConsentRevoked
     | RetentionExpired
     | ErasureRequested,
@@ -220,6 +258,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     MemoryReinforced,
     ConflictDetected,
     MemoryRedacted,
+    MemoryReinstated,
     ConsentRevoked,
     RetentionExpired,
     ErasureRequested,
@@ -232,7 +271,8 @@ def model_versions(models: tuple[type[Envelope], ...]) -> dict[str, int]:
 
 
 SCHEMA_VERSIONS: dict[str, int] = model_versions(EVENT_TYPES)
-"""The current schema version of each event type (all 1 so far)."""
+"""The current schema version of each event type (``MemoryWritten``, ``SummaryDerived``
+and ``MemoryRedacted`` are at 2: they record screening; the others at 1)."""
 
 
 def touched_memories(event: Event) -> tuple[MemoryRef, ...]:

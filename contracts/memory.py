@@ -8,8 +8,10 @@ from __future__ import annotations
 import base64
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
+from contracts.base import Frozen
+from contracts.screening import Screening
 from contracts.types import (
     Kind,
     NonEmptyStr,
@@ -23,12 +25,6 @@ from contracts.types import (
 Base64Text = Annotated[str, StringConstraints(min_length=1, max_length=360_000, pattern=r"^[A-Za-z0-9_=-]+$")]
 """URL-safe base64 text, up to 360,000 characters (a sealed 65,536-character memory of
 multi-byte text fits)."""
-
-
-class Frozen(BaseModel):
-    """Base of every contract model: immutable, unknown fields rejected."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
 
 
 class Scope(Frozen):
@@ -186,6 +182,10 @@ class MemoryBody(Frozen):
     content_hmac: NonEmptyStr | None = None
     """A keyed HMAC-SHA256 of the clear content (hex): lets probes find copies
     without keeping the content."""
+    screening: Screening | None = None
+    """What screening at the write boundary found in the text and did about it
+    (``contracts.screening``); ``None`` for a memory the ledger wrote itself (a
+    regenerated summary) or one written before screening existed."""
 
     @model_validator(mode="after")
     def _summary_has_sources(self) -> MemoryBody:

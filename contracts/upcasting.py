@@ -6,7 +6,9 @@ model's ``schema_version`` field (``contracts.events.SCHEMA_VERSIONS``). An upca
 registered for ``(type, v)`` takes a dict at version ``v`` and returns it at ``v + 1``;
 ``upcast`` chains them, version by version, until the type's current version.
 
-There are no upcasters yet: every event type is at version 1. To evolve a type:
+Version 2 of ``MemoryWritten``, ``SummaryDerived`` and ``MemoryRedacted`` records what
+screening decided (``memory.screening``, ``screening``): a version-1 event was written
+before screening existed, and reads with ``None`` there. To evolve a type:
 
 1. change its model and raise its ``schema_version`` default to ``v + 1``;
 2. add ``UPCASTERS[(type, v)] = step`` here, ``step`` turning a version-``v`` dict into a
@@ -31,7 +33,26 @@ RawEvent = dict[str, Any]
 Upcaster = Callable[[RawEvent], RawEvent]
 """Turns a raw event dict at version v into one at version v + 1."""
 
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+def _unscreened_body(raw: RawEvent) -> RawEvent:
+    """v1 -> v2 of ``MemoryWritten`` and ``SummaryDerived``: the body was not screened."""
+    body = raw.get("memory")
+    if isinstance(body, dict):
+        body.setdefault("screening", None)
+    return raw
+
+
+def _unscreened_redaction(raw: RawEvent) -> RawEvent:
+    """v1 -> v2 of ``MemoryRedacted``: the new text was not screened."""
+    raw.setdefault("screening", None)
+    return raw
+
+
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("MemoryWritten", 1): _unscreened_body,
+    ("SummaryDerived", 1): _unscreened_body,
+    ("MemoryRedacted", 1): _unscreened_redaction,
+}
 """The upcasters of this code: ``(event type, from version) -> step``."""
 
 

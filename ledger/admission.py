@@ -1,7 +1,19 @@
 """Admission rules of a write that depend on the ledger's state (the stateless ones are
-in ``contracts`` and ``ledger.policy``): withdrawn consent, and what a derived memory
-(an inference or a summary) may be made from; and what a withdrawal of consent must
-name.
+in ``contracts``, ``ledger.policy`` and ``ledger.screening``): withdrawn consent, and what
+a derived memory (an inference or a summary) may be made from; what a withdrawal of
+consent must name; and when a command is a repeat that changes nothing.
+
+Repeats (a client that retries after a timeout must not change the ledger twice):
+
+- a write (or supersession) that names a turn id or tool call id, made again with the
+  same turn or tool call and the same fields (everything but ``provenance.written_at``), is
+  a retry: nothing is appended and the result names the memory the first attempt ended
+  in and its events (``Attempts``). The same statement from another turn is new
+  evidence and reinforces (``ledger.policy.reinforce``); a write naming neither id cannot
+  be told from a restatement and reinforces too;
+- ``confirm`` of a memory that is ``active`` and already confirmed changes nothing;
+- a withdrawal of consent that covers no memory still holding content, for consent
+  references and purposes all withdrawn already, changes nothing.
 
 A derived memory restates its sources, so it may not widen their use (purpose
 limitation and storage limitation, GDPR art. 5(1)(b) and (e)): it keeps their purpose,
@@ -11,6 +23,9 @@ is made only from sources that are usable now.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
@@ -121,3 +136,100 @@ def _consent(conn: psycopg.Connection, cmd: MemoryWrite) -> None:
             f"the subject withdrew consent for {cmd.purpose!r} at {withdrawn.isoformat()}:"
             " a new memory for it needs a fresh provenance.consent_ref",
         )
+
+
+# -- repeats ------------------------------------------------------------------------------
+
+
+def attempt_fingerprint(fingerprint: Callable[[str], str], cmd: MemoryWrite, operation: str) -> str | None:
+    """The keyed fingerprint (``Keyring.fingerprint``: HMAC-SHA256, hex) under which an
+    attempt of ``cmd`` is remembered: of ``operation`` (``write``, ``write supersede_key``,
+    or ``supersede <id>``) and every field of the command as given but
+    ``provenance.written_at`` (a client stamps each attempt anew). ``None`` when the
+    command names neither a turn id nor a tool call id: then a repeat cannot be told
+    from a restatement."""
+    if cmd.provenance.turn_id is None and cmd.provenance.tool_call_id is None:
+        return None
+    fields = cmd.model_dump(mode="json")
+    del fields["provenance"]["written_at"]
+    canonical = json.dumps({"operation": operation, "command": fields}, sort_keys=True, separators=(",", ":"))
+    return fingerprint("attempt\x00" + canonical)
+
+
+@dataclass(frozen=True)
+class FirstAttempt:
+    """What the first attempt of a write ended in: the memory and the ids of the events
+    it appended (none for an attempt that was itself a retry), at ``recorded_at`` (UTC)."""
+
+    memory_id: str
+    event_ids: tuple[str, ...]
+    recorded_at: datetime
+
+    def describe(self) -> str:
+        """Why nothing was appended, for the command's result."""
+        return (
+            f"a retry of a write recorded at {self.recorded_at.isoformat()} (same turn or tool call and same"
+            f" fields): nothing appended, memory {self.memory_id}"
+        )
+
+
+class Attempts:
+    """The recorded attempts of one command's writes, read once for the whole command
+    (``lock``) and kept up to date as the command records its own, so that the same write
+    twice in one batch is a retry too."""
+
+    def __init__(self, recorded: dict[str, FirstAttempt]) -> None:
+        self._recorded = recorded
+
+    @classmethod
+    def lock(cls, conn: psycopg.Connection, attempt_hmacs: Sequence[str | None]) -> Attempts:
+        """Lock the fingerprints given (``None``: a write without turn or tool call id,
+        left out) until the transaction ends, and read what is recorded under them
+        (``state.lock_attempts``): two attempts in flight at once are serialised, the
+        second sees the first once it commits."""
+        found = state.lock_attempts(conn, [h for h in attempt_hmacs if h is not None])
+        return cls({h: FirstAttempt(m, ids, at) for h, (m, ids, at) in found.items()})
+
+    def first(self, attempt_hmac: str | None) -> FirstAttempt | None:
+        """The first attempt recorded under ``attempt_hmac``, or ``None`` (also for ``None``)."""
+        return None if attempt_hmac is None else self._recorded.get(attempt_hmac)
+
+    def remember(
+        self,
+        conn: psycopg.Connection,
+        attempt_hmac: str | None,
+        subject_id: str,
+        memory_id: str,
+        event_ids: Sequence[str],
+        now: datetime,
+    ) -> None:
+        """Remember the first attempt of a write (``state.record_attempt``, in the
+        command's transaction); nothing for ``None``."""
+        if attempt_hmac is None:
+            return
+        state.record_attempt(conn, attempt_hmac, subject_id, memory_id, event_ids, now)
+        self._recorded[attempt_hmac] = FirstAttempt(memory_id, tuple(event_ids), now)
+
+
+def repeated_confirmation(head: state.MemoryHead) -> str | None:
+    """Why confirming ``head`` changes nothing (it is ``active`` and already confirmed),
+    or ``None`` when it must be confirmed."""
+    if head.status == "active" and head.confirmed_at is not None:
+        return f"memory {head.memory_id} is already active, confirmed at {head.confirmed_at.isoformat()}"
+    return None
+
+
+def repeated_revocation(
+    conn: psycopg.Connection, cmd: RevokeConsent, covered: Sequence[state.MemoryHead]
+) -> str | None:
+    """Why the withdrawal ``cmd`` changes nothing (it covers no memory that still holds
+    content, ``covered``, and each consent reference or purpose it names was withdrawn
+    already), or ``None``."""
+    if covered:
+        return None
+    given = [r for r in (cmd.consent_ref, None if cmd.purpose is None else purpose_ref(cmd.purpose)) if r]
+    withdrawn = [state.revoked_at(conn, cmd.subject_id, ref) for ref in given]
+    if not all(withdrawn):
+        return None
+    first = min(w for w in withdrawn if w is not None)
+    return f"consent already withdrawn at {first.isoformat()}: no memory of {cmd.subject_id!r} is covered any more"

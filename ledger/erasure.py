@@ -4,7 +4,8 @@
 An ``EraseMemories`` command names its target in exactly one way: memory ids, the
 whole subject, or a source (a turn id, tool call id or document/source reference that
 the memories' provenance names). Every memory derived, directly or transitively, from
-a target is erased with it, so no summary or inference outlives its evidence.
+a target is erased with it, so no summary or inference outlives its evidence; with
+``with_history``, so is every earlier version of a target (``ledger.supersession``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def install(conn: psycopg.Connection) -> None:
 
 def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
     """The ids of the memories ``cmd`` erases, not yet erased, in a stable order: the
-    named memories first, then everything derived from them. Locks their heads.
+    named memories first, then (with ``cmd.with_history``) every earlier version of
+    them, then everything derived from any of these. Locks their heads.
 
     Raises:
         UnknownMemoryError: a listed memory id is not a memory of the subject (field
@@ -77,6 +79,9 @@ def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
         targets = [m for m in dict.fromkeys(cmd.memory_ids) if found[m].status != "erased"]
         if not targets:
             raise InvalidCommandError("memory_ids", "every memory named is already erased")
+    if cmd.with_history:
+        history = state.lock_heads(conn, state.earlier_versions(conn, targets))
+        targets += [m for m, h in history.items() if h.status != "erased" and m not in targets]
     return targets + [m for m in state.derived_closure(conn, targets) if m not in targets]
 
 

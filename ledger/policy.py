@@ -17,7 +17,7 @@ import unicodedata
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -120,20 +120,34 @@ def load_policy(path: Path | None = None) -> RetentionPolicy:
         PolicyError: the file is missing, not TOML, or breaks the schema (the message
             names the field).
     """
+    return read_policy_file(RetentionPolicy, "retention.toml", "retention policy", path)
+
+
+PolicyModel = TypeVar("PolicyModel", bound=BaseModel)
+
+
+def read_policy_file(model: type[PolicyModel], default: str, what: str, path: Path | None) -> PolicyModel:
+    """A TOML policy file validated as ``model``: ``path``, or, when ``None``, the
+    checked-in file ``default`` of this package. ``what`` names it in errors.
+
+    Raises:
+        PolicyError: the file is missing, not TOML, or breaks the schema (the message
+            names the field).
+    """
     try:
         if path is None:
-            text = resources.files("ledger").joinpath("retention.toml").read_text(encoding="utf-8")
+            text = resources.files("ledger").joinpath(default).read_text(encoding="utf-8")
         else:
             text = Path(path).read_text(encoding="utf-8")
-        return RetentionPolicy.model_validate(tomllib.loads(text))
+        return model.model_validate(tomllib.loads(text))
     except OSError as exc:
-        raise PolicyError(f"retention policy {path}: cannot read ({exc.strerror})") from None
+        raise PolicyError(f"{what} {path}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:
-        raise PolicyError(f"retention policy {path}: not UTF-8 text") from None
+        raise PolicyError(f"{what} {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"retention policy {path}: not valid TOML ({exc})") from None
+        raise PolicyError(f"{what} {path}: not valid TOML ({exc})") from None
     except ValidationError as exc:
-        raise PolicyError(f"retention policy {path}: {describe_validation_error(exc)}") from None
+        raise PolicyError(f"{what} {path}: {describe_validation_error(exc)}") from None
 
 
 def reinforce(confidence: float, evidence: float) -> float:

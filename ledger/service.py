@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -44,21 +44,24 @@ from contracts import (
     MemoryRedacted,
     MemoryRef,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWrite,
     MemoryWritten,
     PersonalFields,
     Provenance,
+    RedactedState,
     RedactMemory,
     Retention,
     RetentionExpired,
     RevokeConsent,
+    Screening,
     SealedText,
     SummaryDerived,
     encode_event,
     utc_now,
 )
-from ledger import admission, appending, commits, dead_letters, erasure, outbox, state, write_behind
+from ledger import admission, appending, commits, dead_letters, erasure, outbox, state, supersession, write_behind
 from ledger.crypto import Keyring
 from ledger.errors import (
     AcknowledgementLostError,
@@ -73,8 +76,12 @@ from ledger.pgschema import vacuum
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
 from ledger.retry import retry_aborted
+from ledger.screening import AdmittedWrite, ScreeningPolicy, admit_write, load_screening_policy, screen_redaction
 from ledger.summariser import ExtractiveSummariser, Summariser
 from ledger.tombstone_log import Tombstone, TombstoneLog
+
+if TYPE_CHECKING:
+    from ledger.detectors import Screener
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,11 @@ def _reason(exc: BaseException) -> str:
 def new_id() -> str:
     """A new UUIDv7 as a string (time-ordered, RFC 9562)."""
     return str(uuid7())
+
+
+def _retried(first: admission.FirstAttempt) -> CommandResult:
+    """The result of a retried write: nothing appended, the first attempt's memory and events."""
+    return CommandResult((), (), first.memory_id, repeat=first.describe(), first_event_ids=first.event_ids)
 
 
 def _arrives_confirmed(cmd: MemoryWrite) -> bool:
@@ -112,13 +124,18 @@ class _EnvelopeFields(TypedDict):
 @dataclass
 class _Decision:
     """What a command's rules decided, in its transaction: its events in log order, the
-    tombstone records to publish before them, and what it produced."""
+    tombstone records to publish before them, and what it produced. No events: the
+    command changes nothing (``repeat`` says why, when it repeats one already done) and
+    ``Ledger._execute`` rolls its transaction back."""
 
     events: list[Event]
     tombstones: list[Tombstone] = field(default_factory=list)
     memory_id: str | None = None
     request_id: str | None = None
     affected: tuple[str, ...] = ()
+    repeat: str | None = None
+    reinstated: tuple[str, ...] = ()
+    earlier_versions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,13 +169,45 @@ class LiveMemory:
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What an accepted command produced: its events and where the log put them."""
+    """What an accepted command produced: its events and where the log put them.
+
+    ``repeat`` says why a repeated command changed nothing (no events: a retried write,
+    a confirmation of a confirmed memory, a withdrawal already made; see
+    ``ledger.admission``); for a retried write ``memory_id`` and ``first_event_ids`` are
+    those of its first attempt. ``reinstated`` and ``earlier_versions`` (an erasure) are
+    the earlier versions made ``needs_confirmation`` again and those that still hold
+    content (``ledger.supersession``)."""
 
     events: tuple[Event, ...]
     positions: tuple[LogPosition, ...]
     memory_id: str | None = None
     request_id: str | None = None
     affected: tuple[str, ...] = field(default_factory=tuple)
+    repeat: str | None = None
+    first_event_ids: tuple[str, ...] = ()
+    reinstated: tuple[str, ...] = ()
+    earlier_versions: tuple[str, ...] = ()
+
+    @property
+    def screening(self) -> Screening | None:
+        """What screening decided for the text the command recorded: that of the written
+        event of ``memory_id`` (a write or supersession), or of the redaction; ``None``
+        for other commands, a restatement, a retry, or an event written unscreened."""
+        for e in self.events:
+            if isinstance(e, MemoryWritten | SummaryDerived) and e.memory_id == self.memory_id:
+                return e.memory.screening
+            if isinstance(e, MemoryRedacted):
+                return e.screening
+        return None
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """One write as ``_record_once`` ended it."""
+
+    memory_id: str
+    events: list[Event]
+    first: admission.FirstAttempt | None = None
 
 
 class Ledger:
@@ -172,7 +221,9 @@ class Ledger:
     (``None``: only the pass at start); not used when the log is the ledger's own
     PostgreSQL table (``ledger.appending``). ``observe_appended``: called with the types
     of a command's events once that table has them committed (a wrapper of a log outside
-    PostgreSQL sees the outbox relay's appends instead). Call ``close`` to stop the relay."""
+    PostgreSQL sees the outbox relay's appends instead). ``screening`` is the screening
+    policy of memory text (default: the checked-in ``ledger/screening.toml``). Call
+    ``close`` to stop the relay."""
 
     def __init__(
         self,
@@ -186,6 +237,7 @@ class Ledger:
         tombstone_log: TombstoneLog | None = None,
         relay_interval_s: float | None = 1.0,
         observe_appended: appending.Observer | None = None,
+        screening: ScreeningPolicy | None = None,
     ) -> None:
         self._pool = pool
         self._tombstone_log = tombstone_log
@@ -196,6 +248,8 @@ class Ledger:
         self.policy = policy or load_policy()
         self._summariser = summariser or ExtractiveSummariser()
         self._statements: dict[str, str] = {}
+        self._screening = screening or load_screening_policy()
+        self._screener: Screener | None = None
         with pool.connection() as conn:
             state.install(conn)
             Keyring.install(conn)
@@ -204,6 +258,7 @@ class Ledger:
             commits.install(conn)
             outbox.install(conn)
             keyring.attach(conn)  # the fingerprint key survives master key rotations
+            supersession.backfill_links(conn, log)
             commits.prune(conn)
             conn.commit()
         self._sink = appending.sink_for(pool, log, tombstone_log, relay_interval_s, observe_appended)
@@ -228,6 +283,24 @@ class Ledger:
     @property
     def keyring(self) -> Keyring:
         return self._keyring
+
+    @property
+    def screener(self) -> Screener:
+        """The screener of memory text, built at first use (``ledger.detectors`` imports
+        the detector libraries, which commands that write nothing do not need).
+
+        Raises:
+            PolicyError: the screening policy names an unknown detector or region.
+        """
+        if self._screener is None:
+            from ledger.detectors import Screener
+
+            self._screener = Screener(self._screening)
+        return self._screener
+
+    @screener.setter
+    def screener(self, screener: Screener) -> None:
+        self._screener = screener
 
     # -- commands ---------------------------------------------------------------------
 
@@ -257,14 +330,23 @@ class Ledger:
           other live memories of its slot, as ``confirm`` would: the log itself records the
           confirmation, and a replay folds the same two events into the same rows.
 
+        Before any of that the text is screened (``ledger.screening``): a secret is
+        refused (or replaced, as the screening policy says) and personal data raises the
+        memory's class; the written event records the decision. A retry of a write that
+        named a turn or tool call id (``ledger.admission``) appends nothing and returns
+        the first attempt's memory id (``CommandResult.repeat``).
+
         ``supersede_key`` makes the write an explicit replacement of its slot, as
         ``supersede`` is of one memory: the live memories of the slot, whatever their
         source, are superseded by the new one, and the same statement again is a new
         memory that supersedes the old one, not a reinforcement (a key-value store's put:
-        the value and its retention are the ones given). It needs a ``key``.
+        the value and its retention are the ones given). It needs a ``key``. A retry of
+        such a write (same turn or tool call id and fields) is a repeat as above.
 
         Raises:
             NotAuthorisedError: no ``write`` grant for ``cmd.subject_id``.
+            SecretFoundError: the text holds a secret the screening policy refuses
+                (field ``content``, the kind named); nothing was written.
             InvalidCommandError: ``supersede_key`` without a ``key``; the retention
                 policy of the memory's class refuses it (``retention.expires_at`` not
                 in the future or beyond the class maximum, ``provenance.consent_ref``
@@ -296,16 +378,24 @@ class Ledger:
                 raise InvalidCommandError("supersede_key", "needs a key: the slot whose live memories it supersedes")
         now = self._clock()
         corr = correlation_id or new_id()
-        recorded: list[tuple[str, list[Event]]] = []
+        recorded: list[_Recorded] = []
 
         def decide(conn: psycopg.Connection) -> _Decision:
-            hints = _BatchHints.read(conn, cmds, self._statement_hmac)
-            recorded[:] = [
-                self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=replaces, hints=hints)
-                for cmd, replaces in zip(cmds, explicit, strict=True)
+            admitted = [admit_write(self.policy, self.screener, cmd, now) for cmd in cmds]  # no I/O
+            hints = _BatchHints.read(conn, [a.cmd for a in admitted], self._statement_hmac)
+            keys = [
+                admission.attempt_fingerprint(
+                    self._keyring.fingerprint, a.original, "write supersede_key" if replaces else "write"
+                )
+                for a, replaces in zip(admitted, explicit, strict=True)
             ]
-            only = recorded[0][0] if len(recorded) == 1 else None
-            return _Decision([e for _, events in recorded for e in events], memory_id=only)
+            attempts = admission.Attempts.lock(conn, keys)
+            recorded[:] = [
+                self._record_once(conn, a, k, attempts, now, corr, hints, explicit=replaces)
+                for a, k, replaces in zip(admitted, keys, explicit, strict=True)
+            ]
+            only = recorded[0].memory_id if len(recorded) == 1 else None
+            return _Decision([e for r in recorded for e in r.events], memory_id=only)
 
         _, positions = self._execute("write", decide)
         return _results(recorded, positions)
@@ -316,6 +406,10 @@ class Ledger:
         """Replace memory ``memory_id`` with a new one written from ``cmd`` (and every
         other live memory of the new one's slot: an explicit replacement is never a
         conflict).
+
+        The replacement is screened as ``write`` screens; a retry of a supersession that
+        named a turn or tool call id returns its first attempt's result (the old memory is
+        superseded by then) and appends nothing.
 
         Raises:
             UnknownMemoryError: ``memory_id`` is not known.
@@ -336,20 +430,41 @@ class Ledger:
             principal.require("write", cmd.subject_id)
         now = self._clock()
         corr = correlation_id or new_id()
-        recorded: list[tuple[str, list[Event]]] = []
+        recorded: list[_Recorded] = []
 
         def decide(conn: psycopg.Connection) -> _Decision:
-            recorded[:] = [self._replace(conn, memory_id, cmd, now, corr) for memory_id, cmd in replacements]
-            only = recorded[0][0] if len(recorded) == 1 else None
-            return _Decision([e for _, events in recorded for e in events], memory_id=only)
+            admitted = [(old, admit_write(self.policy, self.screener, cmd, now)) for old, cmd in replacements]  # no I/O
+            keys = [
+                admission.attempt_fingerprint(self._keyring.fingerprint, a.original, f"supersede {old}")
+                for old, a in admitted
+            ]
+            attempts = admission.Attempts.lock(conn, keys)
+            recorded[:] = [
+                self._replace(conn, old, a, k, attempts, now, corr) for (old, a), k in zip(admitted, keys, strict=True)
+            ]
+            only = recorded[0].memory_id if len(recorded) == 1 else None
+            return _Decision([e for r in recorded for e in r.events], memory_id=only)
 
         _, positions = self._execute("supersede", decide)
         return _results(recorded, positions)
 
     def _replace(
-        self, conn: psycopg.Connection, memory_id: str, cmd: MemoryWrite, now: datetime, corr: str
-    ) -> tuple[str, list[Event]]:
-        """One supersession inside the caller's transaction: the new memory's id and the events."""
+        self,
+        conn: psycopg.Connection,
+        memory_id: str,
+        admitted: AdmittedWrite,
+        key: str | None,
+        attempts: admission.Attempts,
+        now: datetime,
+        corr: str,
+    ) -> _Recorded:
+        """One supersession inside the caller's transaction: the new memory's id and the
+        events, or nothing when it repeats an attempt already recorded under ``key``
+        (the old memory is superseded by then)."""
+        cmd = admitted.cmd
+        first = attempts.first(key)
+        if first is not None:
+            return _Recorded(first.memory_id, [], first)
         old = self._one_head(conn, memory_id, cmd.subject_id, "memory_id")
         if old.subject_id != cmd.subject_id:
             raise InvalidCommandError("subject_id", "a supersession cannot cross subjects")
@@ -364,10 +479,11 @@ class Ledger:
                 f"memory {memory_id!r} is scoped to {old.scope_type}:{old.scope_id}: its replacement keeps that"
                 " scope (write a new memory for another scope)",
             )
-        new_id_, events = self._record(conn, self.policy.apply(cmd, now), now, corr, explicit=True)
+        new_id_, events = self._record(conn, cmd, now, corr, explicit=True, screening=admitted.screening)
         if not any(isinstance(e, MemorySuperseded) and e.memory_id == memory_id for e in events):
             events += self._supersede_all(conn, [old], new_id_, now, corr, events[0].event_id)
-        return new_id_, events
+        attempts.remember(conn, key, cmd.subject_id, new_id_, [e.event_id for e in events], now)
+        return _Recorded(new_id_, events)
 
     def head(self, principal: Principal, subject_id: str, memory_id: str) -> state.MemoryHead:
         """The ledger's current view of one memory of ``subject_id`` (status, revision,
@@ -432,7 +548,9 @@ class Ledger:
     @retry_aborted
     def confirm(self, principal: Principal, subject_id: str, memory_id: str) -> CommandResult:
         """The subject confirmed ``memory_id``: it becomes ``active``, and every other
-        live memory of its slot (a conflict it was part of) is superseded by it.
+        live memory of its slot (a conflict it was part of) is superseded by it. A memory
+        already active and confirmed stays as it is: nothing is appended
+        (``CommandResult.repeat`` says so).
 
         Raises:
             UnknownMemoryError, InvalidCommandError (not awaiting confirmation or active).
@@ -443,10 +561,13 @@ class Ledger:
 
         def decide(conn: psycopg.Connection) -> _Decision:
             head = self._one_head(conn, memory_id, subject_id, "memory_id")
+            repeat = admission.repeated_confirmation(head)
+            if repeat is not None:
+                return _Decision([], memory_id=memory_id, repeat=repeat)
             return _Decision(self._confirm(conn, head, now, corr), memory_id=memory_id)
 
         decision, positions = self._execute("confirm", decide)
-        return CommandResult(tuple(decision.events), tuple(positions), memory_id=memory_id)
+        return CommandResult(tuple(decision.events), tuple(positions), memory_id=memory_id, repeat=decision.repeat)
 
     @retry_aborted
     def revoke_consent(self, principal: Principal, cmd: RevokeConsent) -> CommandResult:
@@ -457,7 +578,8 @@ class Ledger:
         regenerated from the sources that remain. A ``consent_ref`` or ``purpose`` that
         matches no memory of the subject (nor a consent already withdrawn) is refused
         unless ``cmd.allow_unmatched``; then the withdrawal is recorded though it covers
-        nothing yet.
+        nothing yet. A withdrawal made again that covers nothing more appends nothing
+        (``CommandResult.repeat`` says when it was made).
 
         Raises:
             NotAuthorisedError: no ``write`` grant for the subject.
@@ -479,6 +601,9 @@ class Ledger:
             ids = [h.memory_id for h in covered]
             ids += [m for m in state.derived_closure(conn, ids) if m not in ids]
             heads = [h for h in state.lock_heads(conn, ids).values() if h.status in state.HOLDING_STATUSES]
+            repeat = admission.repeated_revocation(conn, cmd, heads)
+            if repeat is not None:
+                return _Decision([], repeat=repeat)
             affected = tuple(MemoryRef(memory_id=h.memory_id, revision=h.revision + 1) for h in heads)
             for ref in affected:
                 state.bump(conn, ref.memory_id, ref.revision, "revoked")
@@ -504,8 +629,11 @@ class Ledger:
             return _Decision(events, affected=tuple(r.memory_id for r in affected))
 
         decision, positions = self._execute("revoke-consent", decide)
-        self._vacuum_keys()
-        return CommandResult(tuple(decision.events), tuple(positions), affected=decision.affected)
+        if decision.events:
+            self._vacuum_keys()
+        return CommandResult(
+            tuple(decision.events), tuple(positions), affected=decision.affected, repeat=decision.repeat
+        )
 
     @retry_aborted
     def sweep(self, principal: Principal, now: datetime | None = None) -> list[CommandResult]:
@@ -560,14 +688,18 @@ class Ledger:
         text's key is destroyed); summaries derived from it are regenerated with the new
         text and the old ones superseded, their keys destroyed too (they restate the old
         text). Inferences derived from it are separate claims and are left as they are.
+        The replacement is screened (``ledger.screening.screen_redaction``): a secret is
+        refused or replaced as for a write, and personal data the memory's class does not
+        allow is refused (a redaction cannot raise the class).
 
         Raises:
-            UnknownMemoryError; InvalidCommandError if the memory was erased.
+            UnknownMemoryError; InvalidCommandError if the memory was erased, or the
+            replacement holds personal data above the memory's class; SecretFoundError.
         """
         principal.require("write", subject_id)
         now = self._clock()
         corr = new_id()
-        replacement = cmd.replacement.strip() or "[redacted]"
+        given = cmd.replacement.strip() or "[redacted]"
 
         def decide(conn: psycopg.Connection) -> _Decision:
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
@@ -577,6 +709,7 @@ class Ledger:
                 raise InvalidCommandError(
                     "memory_id", f"memory {cmd.memory_id!r} expired at {head.expires_at.isoformat()}"
                 )
+            replacement, screening = screen_redaction(self.screener, given, head.sensitivity)
             revision = head.revision + 1
             key_id = f"{cmd.memory_id}/{revision}"  # a new key: the old text's key is destroyed below
             sealed = self._keyring.seal(conn, subject_id, key_id, replacement)
@@ -590,6 +723,7 @@ class Ledger:
                 content_hmac=self._keyring.fingerprint(replacement),
                 state=state.redacted_state(conn, cmd.memory_id),
                 personal=personal,
+                screening=screening,
             )
             self._keyring.destroy(conn, [cmd.memory_id], keep=key_id)
             state.bump(conn, cmd.memory_id, revision)
@@ -620,7 +754,12 @@ class Ledger:
         erased only because a source was erased are regenerated from the sources that
         remain.
 
-        ``cmd`` names memory ids, the whole subject or a source (``ledger.erasure``).
+        ``cmd`` names memory ids, the whole subject or a source (``ledger.erasure``), and
+        with ``cmd.with_history`` every earlier version of those too. What becomes of the
+        earlier versions left is ``ledger.supersession``'s rule: one whose replacement was
+        live is reinstated (``MemoryReinstated``, ``needs_confirmation``); the ones that
+        still hold content are recorded with the request and returned
+        (``CommandResult.earlier_versions``, ``reinstated``).
 
         Raises:
             NotAuthorisedError: no ``erase`` grant for the subject.
@@ -646,6 +785,11 @@ class Ledger:
                 MemoryRef(memory_id=m, revision=heads_by_id[m].revision + 1) for m in targets if m in heads_by_id
             )
             hmacs = state.content_hmacs(conn, targets)
+            earlier = state.lock_heads(conn, state.earlier_versions(conn, targets))
+            successors = {m: h for m, h in heads_by_id.items() if m in targets}
+            predecessors = [h for h in earlier.values() if h.superseded_by in successors]
+            reinstated = supersession.reinstatements(successors, predecessors, now)
+            left = supersession.holding_content(earlier, sorted(earlier))
             self._destroy_keys(conn, targets, now)  # the head keeps ids, times and statuses only
             if cmd.whole_subject:
                 self._keyring.destroy_subject_keys(conn, cmd.subject_id)
@@ -668,8 +812,8 @@ class Ledger:
             conn.execute(
                 """
                 INSERT INTO erasure_requests (request_id, subject_id, request_kind, memory_ids, content_hmacs,
-                    requested_by, reason, legal_basis, requested_at)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+                    requested_by, reason, legal_basis, requested_at, with_history, reinstated, earlier_versions)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                 """,
                 (
                     request_id,
@@ -681,23 +825,68 @@ class Ledger:
                     cmd.reason,
                     cmd.legal_basis,
                     now,
+                    cmd.with_history,
+                    [r.head.memory_id for r in reinstated],
+                    left,
                 ),
             )
             erasure.record_source(conn, request_id, cmd)
             scope = dead_letters.ErasureScope(cmd.subject_id, tuple(targets), cmd.whole_subject, cmd.source_ref)
             dead_letters.purge_postgres_dlq(conn, request_id, scope)  # a Kafka DLQ cannot be edited: trace lists it
             events: list[Event] = [event]
+            events += [self._reinstate(conn, r, now, corr, event.event_id) for r in reinstated]
             events += self._regenerate(conn, cascaded, set(targets), now, corr, event.event_id)
             tombstones = [Tombstone(m, cmd.subject_id, request_id, now) for m in targets]
             # tombstone records are published before the erasure's event (ledger.outbox)
             published = tombstones if self._tombstone_log is not None else []
-            return _Decision(events, tombstones=published, request_id=request_id, affected=tuple(targets))
+            return _Decision(
+                events,
+                tombstones=published,
+                request_id=request_id,
+                affected=tuple(targets),
+                reinstated=tuple(r.head.memory_id for r in reinstated),
+                earlier_versions=tuple(left),
+            )
 
         decision, positions = self._execute("erase", decide)
         self._vacuum_keys()
         return CommandResult(
-            tuple(decision.events), tuple(positions), request_id=request_id, affected=decision.affected
+            tuple(decision.events),
+            tuple(positions),
+            request_id=request_id,
+            affected=decision.affected,
+            reinstated=decision.reinstated,
+            earlier_versions=decision.earlier_versions,
         )
+
+    def _reinstate(
+        self, conn: psycopg.Connection, r: supersession.Reinstatement, now: datetime, corr: str, cause: str
+    ) -> MemoryReinstated:
+        """``MemoryReinstated`` for an earlier version whose replacement is erased: it
+        carries the memory's text and personal fields sealed under its current key, so a
+        store that dropped it rebuilds it from this event."""
+        head = r.head
+        assert head.sealed_content is not None  # only a memory that holds content is reinstated
+        personal = state.personal_fields(conn, head.memory_id)
+        event = MemoryReinstated(
+            **self._envelope(head.subject_id, now, corr, causation_id=cause),
+            memory_id=head.memory_id,
+            revision=head.revision + 1,
+            replacement=r.replacement,
+            content=head.sealed_content,
+            content_hmac=next(iter(state.content_hmacs(conn, [head.memory_id])), None),
+            personal=self._seal_personal(conn, head.subject_id, head.sealed_content.key_id, personal),
+            state=RedactedState(
+                status="needs_confirmation",
+                kind=head.kind,  # type: ignore[arg-type]
+                purpose=head.purpose,
+                scope_type=head.scope_type,  # type: ignore[arg-type]
+                expires_at=head.expires_at,
+                derived_from=head.derived_from,
+            ),
+        )
+        state.set_fields(conn, head.memory_id, revision=event.revision, status="needs_confirmation", confirmed_at=None)
+        return event
 
     # -- the transaction around every command ----------------------------------------------
 
@@ -706,7 +895,9 @@ class Ledger:
     ) -> tuple[_Decision, list[LogPosition]]:
         """Run ``decide`` (the command's rules: it reads and locks state, changes it and
         returns the events) in one transaction, stage its events (``ledger.appending``),
-        commit, then publish them; returns the decision and the events' log positions.
+        commit, then publish them; returns the decision and the events' log positions. A
+        decision without events (a repeat, or nothing due) is rolled back instead: no
+        commit marker, nothing staged, no positions.
 
         Raises:
             LedgerError: ``decide`` refused the command (nothing was written).
@@ -722,6 +913,9 @@ class Ledger:
             try:
                 with write_behind.deferring(conn):
                     decision = decide(conn)
+                    if not decision.events:
+                        self._abandon(conn)  # it changed nothing: nothing to commit
+                        return decision, []
                     self._fault(command, "decided", conn)
                     encoded = [encode_event(e) for e in decision.events]
                     staged = self._sink.stage(conn, command_id, command, decision.events, encoded, decision.tombstones)
@@ -802,6 +996,30 @@ class Ledger:
 
     # -- the rules of a slot ------------------------------------------------------------
 
+    def _record_once(
+        self,
+        conn: psycopg.Connection,
+        admitted: AdmittedWrite,
+        key: str | None,
+        attempts: admission.Attempts,
+        now: datetime,
+        corr: str,
+        hints: _BatchHints,
+        *,
+        explicit: bool = False,
+    ) -> _Recorded:
+        """``_record`` of an admitted write (``explicit``: a replacement of its slot), unless
+        it repeats an attempt already recorded under ``key`` (the same turn or tool call and
+        fields, ``ledger.admission``): then nothing."""
+        first = attempts.first(key)
+        if first is not None:
+            return _Recorded(first.memory_id, [], first)
+        memory_id, events = self._record(
+            conn, admitted.cmd, now, corr, explicit=explicit, hints=hints, screening=admitted.screening
+        )
+        attempts.remember(conn, key, admitted.cmd.subject_id, memory_id, [e.event_id for e in events], now)
+        return _Recorded(memory_id, events)
+
     def _record(
         self,
         conn: psycopg.Connection,
@@ -810,10 +1028,12 @@ class Ledger:
         corr: str,
         explicit: bool = False,
         hints: _BatchHints | None = None,
+        screening: Screening | None = None,
     ) -> tuple[str, list[Event]]:
-        """Apply the slot rules to one (policy-checked) write; returns the memory id the
-        write ended in and its events, in log order. ``hints`` (a batch's) only skip reads
-        that cannot find anything."""
+        """Apply the slot rules to one (screened, policy-checked) write; returns the
+        memory id the write ended in and its events, in log order. ``hints`` (a batch's)
+        only skip reads that cannot find anything; ``screening`` is recorded on a new
+        memory's event."""
         if cmd.kind == "summary" and cmd.key is not None:
             raise InvalidCommandError("key", "a summary has no key: it restates its sources, it is no slot's answer")
         admission.admit(conn, cmd, now, withdrawn_possible=hints is None or cmd.subject_id in hints.revoking)
@@ -837,7 +1057,7 @@ class Ledger:
             if same is not None:
                 return same.memory_id, self._reinforce(conn, same, cmd, now, corr)
         memory_id = new_id()
-        written = self._written(conn, cmd, memory_id, now, corr)
+        written = self._written(conn, cmd, memory_id, now, corr, screening=screening)
         events: list[Event] = [written]
         if _arrives_confirmed(cmd):
             # the subject already confirmed it: recorded as its own event, exactly as `confirm`
@@ -893,7 +1113,7 @@ class Ledger:
             memory_id=head.memory_id,
             revision=head.revision + 1,
         )
-        state.bump(conn, head.memory_id, event.revision, "active")
+        state.set_fields(conn, head.memory_id, revision=event.revision, status="active", confirmed_at=now)
         events: list[Event] = [event]
         if head.key is not None and head.kind != "summary":
             rivals = state.live_in_slot(conn, head.subject_id, head.purpose, head.scope, head.key, now)
@@ -920,7 +1140,7 @@ class Ledger:
                     superseded_by=by,
                 )
             )
-            state.bump(conn, old.memory_id, old.revision + 1, "superseded")
+            state.set_fields(conn, old.memory_id, revision=old.revision + 1, status="superseded", superseded_by=by)
         if olds:
             summaries = self._live_summaries_of(conn, olds[0].subject_id, [o.memory_id for o in olds])
             invalid = {o.memory_id for o in olds}
@@ -1113,6 +1333,7 @@ class Ledger:
         correlation_id: str,
         replaces: str | None = None,
         cause: str | None = None,
+        screening: Screening | None = None,
     ) -> MemoryWritten | SummaryDerived:
         # an inference enters unconfirmed; one that arrives confirmed is confirmed by its own
         # MemoryConfirmed next (`_record`), so the log says when and on which write it was
@@ -1133,6 +1354,7 @@ class Ledger:
             confidence=cmd.confidence if cmd.confidence is not None else VERACITY_CONFIDENCE[cmd.veracity],
             veracity=cmd.veracity,
             content_hmac=self._keyring.fingerprint(cmd.content),
+            screening=screening,
         )
         state.insert_head(
             conn,
@@ -1158,6 +1380,7 @@ class Ledger:
             veracity=cmd.veracity,
             statement_hmac=None if cmd.kind == "summary" else self._statement_hmac(cmd.content),
             sealed_content=sealed,
+            confirmed_at=now if body.confirmed else None,
         )
         envelope = self._envelope(cmd.subject_id, now, correlation_id, causation_id=cause)
         if cmd.kind == "summary":
@@ -1182,12 +1405,16 @@ class Ledger:
         return head
 
 
-def _results(recorded: Sequence[tuple[str, list[Event]]], positions: Sequence[LogPosition]) -> list[CommandResult]:
-    """One result per recorded memory ``(memory id, its events)``, each with the log
-    positions of its own events (``positions`` holds all of them, in the same order)."""
+def _results(recorded: Sequence[_Recorded], positions: Sequence[LogPosition]) -> list[CommandResult]:
+    """One result per recorded write, each with the log positions of its own events
+    (``positions`` holds all of them, in the same order); a retried write gets its first
+    attempt's result (``_retried``)."""
     results: list[CommandResult] = []
     start = 0
-    for memory_id, events in recorded:
-        results.append(CommandResult(tuple(events), tuple(positions[start : start + len(events)]), memory_id))
-        start += len(events)
+    for r in recorded:
+        if r.first is not None:
+            results.append(_retried(r.first))
+            continue
+        results.append(CommandResult(tuple(r.events), tuple(positions[start : start + len(r.events)]), r.memory_id))
+        start += len(r.events)
     return results

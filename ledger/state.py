@@ -96,6 +96,34 @@ STATEMENT_SQL = """
 CREATE INDEX IF NOT EXISTS ledger_memories_statement ON ledger_memories (statement_hmac);
 """
 
+BOUNDARY_SQL = """
+ALTER TABLE ledger_memories
+    ADD COLUMN IF NOT EXISTS superseded_by  text,
+    ADD COLUMN IF NOT EXISTS confirmed_at   timestamptz;
+CREATE INDEX IF NOT EXISTS ledger_memories_superseded_by ON ledger_memories (superseded_by);
+CREATE TABLE IF NOT EXISTS write_attempts (
+    attempt_hmac  text PRIMARY KEY,
+    subject_id    text NOT NULL,
+    memory_id     text NOT NULL,
+    event_ids     text[] NOT NULL,
+    recorded_at   timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS write_attempts_memory ON write_attempts (memory_id);
+ALTER TABLE erasure_requests
+    ADD COLUMN IF NOT EXISTS with_history      boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS reinstated        text[] NOT NULL DEFAULT '{}',
+    ADD COLUMN IF NOT EXISTS earlier_versions  text[] NOT NULL DEFAULT '{}';
+CREATE TABLE IF NOT EXISTS ledger_schema_boundary (applied_at timestamptz NOT NULL DEFAULT now());
+"""
+"""Supersession links and confirmation times in the heads, the attempts of writes that
+carried a turn or tool call id (``ledger.admission``: a retry changes nothing), and what
+an erasure did to earlier versions (``ledger.supersession``)."""
+
+SHREDDED_TABLES = ("ledger_memories", "memory_keys", "write_attempts", "memory_dlq")
+"""The ledger's tables from which commands remove personal fields, data keys, attempt
+fingerprints or dead letters: their old row versions keep them in the table files until
+the table is rewritten (``memledger compact``)."""
+
 ACTIVE_STATUSES = ("active", "needs_confirmation")
 """Statuses of a memory that may be used (recall, slots, sources)."""
 HOLDING_STATUSES = (*ACTIVE_STATUSES, "superseded")
@@ -125,6 +153,8 @@ class MemoryHead:
     consent_ref: str | None
     sealed_content: SealedText | None
     revoked_at: datetime | None
+    superseded_by: str | None = None
+    confirmed_at: datetime | None = None
 
     @property
     def scope(self) -> Scope:
@@ -151,11 +181,12 @@ def install(conn: psycopg.Connection) -> None:
     ensure_schema(conn, "ledger_schema_lifecycle", LIFECYCLE_SQL)
     ensure_schema(conn, "ledger_schema_personal", PERSONAL_SQL)  # erasure forgets scope ids
     ensure_schema(conn, "ledger_memories_statement", STATEMENT_SQL)  # a batch asks for its statements at once
+    ensure_schema(conn, "ledger_schema_boundary", BOUNDARY_SQL)
 
 
 def _head(row: tuple[Any, ...]) -> MemoryHead:
     (mid, sid, rev, status, kind, purpose, derived, scope_type, scope_id, key, sensitivity, basis, expires_at,
-     confidence, veracity, source_ref, consent_ref, sealed, revoked_at) = row  # fmt: skip
+     confidence, veracity, source_ref, consent_ref, sealed, revoked_at, superseded_by, confirmed_at) = row  # fmt: skip
     return MemoryHead(
         memory_id=str(mid),
         subject_id=str(sid),
@@ -176,12 +207,15 @@ def _head(row: tuple[Any, ...]) -> MemoryHead:
         consent_ref=consent_ref,
         sealed_content=None if sealed is None else SealedText.model_validate(sealed),
         revoked_at=revoked_at,
+        superseded_by=superseded_by,
+        confirmed_at=confirmed_at,
     )
 
 
 _HEAD_COLUMNS = (
     "memory_id, subject_id, revision, status, kind, purpose, derived_from, scope_type, scope_id, key, sensitivity,"
-    " retention_basis, expires_at, confidence, veracity, source_ref, consent_ref, sealed_content, revoked_at"
+    " retention_basis, expires_at, confidence, veracity, source_ref, consent_ref, sealed_content, revoked_at,"
+    " superseded_by, confirmed_at"
 )
 
 
@@ -308,6 +342,59 @@ def derived_closure(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list
     return sorted(found)
 
 
+_EARLIER_SQL = """
+WITH RECURSIVE earlier(memory_id) AS (
+    SELECT memory_id FROM ledger_memories WHERE superseded_by = ANY(%(ids)s)
+  UNION
+    SELECT m.memory_id FROM ledger_memories m JOIN earlier e ON m.superseded_by = e.memory_id
+)
+SELECT memory_id FROM earlier WHERE memory_id <> ALL(%(ids)s) ORDER BY memory_id
+"""
+
+
+def earlier_versions(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:
+    """Every memory the given ones superseded, directly or through a chain of
+    ``superseded_by`` links (``ledger.supersession``), of any status (the given ids left
+    out), sorted."""
+    if not memory_ids:
+        return []
+    return [str(r[0]) for r in _sql(conn, _EARLIER_SQL, {"ids": list(memory_ids)})]  # type: ignore[arg-type]
+
+
+def lock_attempts(
+    conn: psycopg.Connection, attempt_hmacs: Sequence[str]
+) -> dict[str, tuple[str, tuple[str, ...], datetime]]:
+    """Take a transaction-scoped advisory lock on each of ``attempt_hmacs`` (in sorted
+    order, in one statement, so that two commands never wait for each other in a cycle)
+    and return the attempts already recorded under them: ``{hmac: (memory id, event ids,
+    recorded_at)}``. A second attempt in flight at once waits for the first to end, then
+    sees it (``ledger.admission``)."""
+    if not attempt_hmacs:
+        return {}
+    keys = sorted(set(attempt_hmacs))
+    _sql(conn, "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(%s::text[]) AS k", (keys,))
+    rows = _sql(
+        conn,
+        "SELECT attempt_hmac, memory_id, event_ids, recorded_at FROM write_attempts WHERE attempt_hmac = ANY(%s)",
+        (keys,),
+    ).fetchall()
+    return {str(r[0]): (str(r[1]), tuple(r[2]), r[3]) for r in rows}
+
+
+def record_attempt(
+    conn: psycopg.Connection, attempt_hmac: str, subject_id: str, memory_id: str, event_ids: Sequence[str], at: datetime
+) -> None:
+    """Remember the first attempt of a write under its fingerprint (in the command's
+    transaction: forgotten if it rolls back, and when the memory's keys are destroyed,
+    ``forget_personal``); held back like the heads (``ledger.write_behind``)."""
+    write_behind.insert(
+        conn,
+        "write_attempts",
+        ("attempt_hmac", "subject_id", "memory_id", "event_ids", "recorded_at"),
+        (attempt_hmac, subject_id, memory_id, list(event_ids), at),
+    )
+
+
 def insert_head(
     conn: psycopg.Connection,
     *,
@@ -333,9 +420,11 @@ def insert_head(
     veracity: str,
     statement_hmac: str | None,
     sealed_content: SealedText,
+    confirmed_at: datetime | None = None,
 ) -> None:
-    """Record a new memory at revision 1 (held back until the next read of the heads while
-    a command defers its inserts: ``ledger.write_behind``)."""
+    """Record a new memory at revision 1 (``confirmed_at``: when the subject confirmed
+    it, if it was written confirmed); held back until the next read of the heads while a
+    command defers its inserts (``ledger.write_behind``)."""
     write_behind.insert(
         conn,
         "ledger_memories",
@@ -364,6 +453,7 @@ def insert_head(
             veracity,
             statement_hmac,
             Jsonb(sealed_content.model_dump(mode="json")),
+            confirmed_at,
         ),
     )
 
@@ -392,6 +482,7 @@ _INSERT_COLUMNS = (
     "veracity",
     "statement_hmac",
     "sealed_content",
+    "confirmed_at",
 )
 
 
@@ -477,9 +568,12 @@ def forget_personal(conn: psycopg.Connection, memory_ids: Sequence[str]) -> None
     """Drop the personal fields of erased memories from their heads: key, scope id,
     provenance references, statement fingerprint and sealed copy (the content fingerprint
     stays: trace probes search the stores with it). What stays is content-free: ids,
-    subject, revision, status, kind, purpose, scope type, class, times and lineage."""
+    subject, revision, status, kind, purpose, scope type, class, times and lineage. The
+    recorded attempts of writes that ended in these memories (``write_attempts``) go too."""
     cleared = ", ".join(f"{c} = NULL" for c in (*_PERSONAL_COLUMNS, "statement_hmac", "sealed_content"))
     _sql(conn, f"UPDATE ledger_memories SET {cleared} WHERE memory_id = ANY(%s)", (list(memory_ids),))
+    # the fingerprints of the writes' turn and tool call ids: nothing is a retry of them any more
+    _sql(conn, "DELETE FROM write_attempts WHERE memory_id = ANY(%s)", (list(memory_ids),))
 
 
 def content_hmacs(conn: psycopg.Connection, memory_ids: Sequence[str]) -> list[str]:

@@ -29,6 +29,7 @@ from contracts import (
     Event,
     MemoryRedacted,
     MemoryReinforced,
+    MemoryReinstated,
     MemoryWritten,
     RetentionExpired,
     SummaryDerived,
@@ -333,7 +334,7 @@ def whole_subject_erasures(
     return {at for request, at in first.items() if receipts.get(request, at) == at}
 
 
-WRITE_EVENTS = (MemoryWritten, SummaryDerived, MemoryRedacted, MemoryReinforced)
+WRITE_EVENTS = (MemoryWritten, SummaryDerived, MemoryRedacted, MemoryReinforced, MemoryReinstated)
 """Events that put a memory (or its text) into a store. Before applying one, a projection
 asks ``ContentAccess.erased_among`` and applies nothing of a tombstoned memory, live and
 in a replay, even if its data key could still be read."""

@@ -120,6 +120,11 @@ class RecallCache:
         self._put = client.register_script(_PUT_LUA)
         self._apply = client.register_script(_APPLY_LUA)
 
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client (for maintenance: ``memledger compact`` rewrites the server's dump)."""
+        return self._r
+
     def _gen_key(self, subject_id: str) -> str:
         return f"{self.prefix}subject:{subject_id}:gen"
 

@@ -41,6 +41,7 @@ from contracts import (
     MemoryRedacted,
     MemoryRef,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWritten,
     RetentionExpired,
@@ -206,7 +207,8 @@ class FactsProjection(base.TransactionalProjection):
         plan = book.plan(todo)
         writes = [e for e, _, _ in plan if isinstance(e, base.WRITE_EVENTS)]
         erased = self._content.erased_among([e.memory_id for e in writes], conn)
-        sealed = sealed_events([e for e in writes if e.memory_id not in erased])
+        # a reinstatement's text is the row's own already (kept while it was superseded)
+        sealed = sealed_events([e for e in writes if e.memory_id not in erased and not isinstance(e, MemoryReinstated)])
         if opened is None or not opened.covers(sealed):
             opened = self._content.open_events(sealed, conn)
         whole = base.whole_subject_erasures(conn, "facts", self.id, [(e, p) for e, p, _ in plan])
@@ -258,6 +260,8 @@ class FactsProjection(base.TransactionalProjection):
             self._erased(batch, event, position, whole_subject)
         elif isinstance(event, MemoryReinforced):
             self._reinforced(batch, event)
+        elif isinstance(event, MemoryReinstated):
+            self._reinstated(batch, event)
         elif isinstance(
             event, MemorySuperseded | MemoryConfirmed | ConflictDetected | ConsentRevoked | RetentionExpired
         ):
@@ -331,6 +335,17 @@ class FactsProjection(base.TransactionalProjection):
             f"UPDATE {self.table} SET confidence = %s, revision = %s, updated_at = %s"
             " WHERE memory_id = %s AND revision < %s",
             (e.confidence, e.revision, e.occurred_at, e.memory_id, e.revision),
+            (e.memory_id,),
+        )
+
+    def _reinstated(self, batch: SqlBatch, e: MemoryReinstated) -> None:
+        """The memory is live again, awaiting confirmation: no longer superseded and not
+        confirmed. Its row kept its content while it was superseded (a row whose text a
+        replay could not open has none, and gets none here either: its key is gone)."""
+        batch.execute(
+            f"UPDATE {self.table} SET status = 'needs_confirmation', superseded_by = NULL, confirmed = false,"
+            " revision = %s, updated_at = %s WHERE memory_id = %s AND revision < %s",
+            (e.revision, e.occurred_at, e.memory_id, e.revision),
             (e.memory_id,),
         )
 

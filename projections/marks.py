@@ -53,6 +53,7 @@ _STATUS_BY_EVENT = {
     "MemorySuperseded": "superseded",
     "MemoryConfirmed": "active",
     "ConflictDetected": "needs_confirmation",
+    "MemoryReinstated": "needs_confirmation",
     "ConsentRevoked": "revoked",
     "RetentionExpired": "expired",
     "ErasureRequested": "erased",

@@ -2,9 +2,10 @@
 returns, and what every projection of a pass reads instead of opening each event again.
 
 An event that puts text into a store (``MemoryWritten``, ``MemoryRedacted``,
-``SummaryDerived``) carries its text and its personal fields sealed under the memory's
-data key. A batch is opened with one query for the tombstones of its memories and one
-for its data keys; each text is decrypted once, whatever number of projections reads it.
+``SummaryDerived``, ``MemoryReinstated``) carries its text and its personal fields sealed
+under the memory's data key. A batch is opened with one query for the tombstones of its
+memories and one for its data keys; each text is decrypted once, whatever number of
+projections reads it.
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from contracts import Event, MemoryRedacted, MemoryWritten, SummaryDerived
+from contracts import Event, MemoryRedacted, MemoryReinstated, MemoryWritten, SummaryDerived
 from contracts.memory import PersonalFields, SealedText
 
-SEALED_EVENTS = (MemoryWritten, MemoryRedacted, SummaryDerived)
+SEALED_EVENTS = (MemoryWritten, MemoryRedacted, SummaryDerived, MemoryReinstated)
 """Events whose text (and personal fields) a projection opens."""
 
-SealedEvent = MemoryWritten | MemoryRedacted | SummaryDerived
+SealedEvent = MemoryWritten | MemoryRedacted | SummaryDerived | MemoryReinstated
 
 
 def sealed_parts(event: SealedEvent) -> tuple[SealedText, SealedText | None]:
     """The sealed text of a write-type event and its sealed personal fields (``None``
     when the event carries none)."""
-    if isinstance(event, MemoryRedacted):
+    if isinstance(event, MemoryRedacted | MemoryReinstated):
         return event.content, event.personal
     return event.memory.content, event.memory.personal
 

@@ -15,6 +15,8 @@ engine in both modes.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -294,6 +296,24 @@ class QdrantClientIndex:
         with self._engine("drop_collection"):
             if self.client.collection_exists(self.collection):
                 self.client.delete_collection(self.collection)
+
+    def compact(self) -> str:
+        """Local mode: ``VACUUM`` the collection's SQLite file, so that deleted points
+        leave it. A server optimises its segments itself (when deleted points exceed its
+        ``optimizers_config.deleted_threshold``), and keeps them in its WAL until it
+        rotates: nothing is forced there."""
+        with self._engine("compact"):
+            if not self.client.collection_exists(self.collection):
+                raise VectorIndexError(f"compact: collection {self.collection!r} does not exist")
+            root = self.client.init_options.get("path")
+            if root is None:
+                if self.local_mode:
+                    return "in memory: nothing on disk"
+                return "Qdrant server: not forced (it optimises deleted points on its own schedule)"
+            storage = Path(root) / "collection" / self.collection / "storage.sqlite"
+            with contextlib.closing(sqlite3.connect(storage)) as db:
+                db.execute("VACUUM")
+            return f"rewrote {storage.name} (SQLite VACUUM)"
 
     def close(self) -> None:
         """Close the client if this index created it, and release the path lock. Idempotent."""

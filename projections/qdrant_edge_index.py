@@ -11,6 +11,11 @@ pid, so a second opener gets a :class:`VectorIndexError` naming the owner - even
 before the shard exists, when the engine has nothing to lock yet.
 
 Payload indexes: keyword and float indexes are created and persisted in the shard.
+
+``compact`` rewrites the shard from its live points into ``<collection>.compacting``,
+then swaps the directories by renames (the old one goes to ``<collection>.old`` and is
+deleted): the engine keeps deleted points' payloads in its WAL and segments otherwise. An
+interrupted swap is finished, or an unfinished rewrite dropped, when the index is opened.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from projections.vector_index import (
     points_by_given_id,
     selects_nothing,
 )
+from projections.wording import counted
 
 if TYPE_CHECKING:
     from qdrant_edge import ConditionType, PointId
@@ -105,7 +111,10 @@ class QdrantEdgeIndex:
         )
         self._shard: qe.EdgeShard | None = None
         self._dim: int | None = None  # known once opened with a config
+        self._rewrite = self.path / f"{collection}.compacting"
+        self._replaced = self.path / f"{collection}.old"
         try:
+            self._finish_compaction()
             if self._has_data():
                 with self._engine("open"):
                     self._shard = qe.EdgeShard.load(str(self.shard_path))
@@ -115,6 +124,18 @@ class QdrantEdgeIndex:
 
     def _has_data(self) -> bool:
         return self.shard_path.is_dir() and any(self.shard_path.iterdir())
+
+    def _finish_compaction(self) -> None:
+        """After a ``compact`` that was cut short (the owner lock is held): a rewrite whose
+        swap did not happen is complete only if the shard directory is gone (it is renamed
+        away only once the rewrite is closed), so it is moved in; otherwise it is dropped."""
+        if self._rewrite.exists():
+            if self.shard_path.exists():
+                shutil.rmtree(self._rewrite)
+            else:
+                self._rewrite.rename(self.shard_path)
+        if self._replaced.exists():
+            shutil.rmtree(self._replaced)
 
     @contextmanager
     def _engine(self, op: str, memory_id: str | None = None) -> Iterator[None]:
@@ -262,6 +283,36 @@ class QdrantEdgeIndex:
         """Exact number of points."""
         with self._engine("count"):
             return self._open_shard("count").count(qe.CountRequest(exact=True))
+
+    def compact(self) -> str:
+        """Rewrite the shard from its live points (vectors, payloads, payload indexes)
+        into new storage and delete the old directory, WAL and segments included."""
+        with self._engine("compact"):
+            shard = self._open_shard("compact")
+            if self._dim is None:
+                raise VectorIndexError(f"compact: call ensure_collection on {self.collection!r} first")
+            ids: list[PointId] = list(self._scroll("compact", None))
+            if self._rewrite.exists():
+                shutil.rmtree(self._rewrite)
+            fresh = qe.EdgeShard.create(str(self._rewrite), _config(self._dim))
+            try:
+                for field, kind in PAYLOAD_INDEXES.items():
+                    fresh.update(qe.UpdateOperation.create_field_index(field, _SCHEMA[kind]))
+                for start in range(0, len(ids), _SCROLL_PAGE):
+                    records = shard.retrieve(ids[start : start + _SCROLL_PAGE], with_payload=True, with_vector=True)
+                    batch = [qe.Point(r.id, r.vector, r.payload or {}) for r in records if r.vector is not None]
+                    if batch:
+                        fresh.update(qe.UpdateOperation.upsert_points(batch))
+                fresh.flush()
+            finally:
+                fresh.close()
+            shard.close()
+            self._shard = None
+            self.shard_path.rename(self._replaced)
+            self._rewrite.rename(self.shard_path)
+            self._shard = qe.EdgeShard.load(str(self.shard_path), _config(self._dim))
+            shutil.rmtree(self._replaced)
+            return f"rewrote {counted(len(ids), 'point')} into new storage (old segments and WAL deleted)"
 
     def drop_collection(self) -> None:
         """Close the shard and delete its directory; no-op if absent. The owner lock is kept."""

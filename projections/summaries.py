@@ -94,11 +94,16 @@ class SummariesProjection(base.TransactionalProjection):
     def __init__(self, pool: ConnectionPool, content: base.ContentAccess, version: int = 1) -> None:
         super().__init__(pool, version)
         self._content = content
-        self.table = f"summaries_v{version}"
+        self.table = self.table_name(version)
         self.vacuum_tables = (self.table,)
         self._insert = InsertInto(self.table, _COLUMNS, "ON CONFLICT (memory_id) DO NOTHING")
         with pool.connection() as conn:
             ensure_schema(conn, schema_marker(version), schema_sql(version))
+
+    @staticmethod
+    def table_name(version: int) -> str:
+        """The table of summaries version ``version``: ``summaries_vN``."""
+        return f"summaries_v{version}"
 
     def reset(self) -> None:
         """Empty this version's table and forget its positions, for a rebuild in place

@@ -18,6 +18,14 @@ by id finds nothing (a ``reported`` DLQ counts as done: what it keeps is listed,
 operation of the store can remove just those letters); ``failed`` when a probe finds
 data in a store that claims to have applied the erasure; ``pending`` otherwise (some
 store has not applied it yet or could not be probed).
+
+Two more things are reported, not judged (no supported path reads them), apart from
+``stores``: the ``disk`` row (``TraceReport.disk``, the last row of the table),
+``compacted at T`` once a complete ``memledger compact`` ran after every store had
+applied the erasure (``applied``), else ``residue until compaction`` (``reported``): old
+row versions, index entries, WAL segments and dumps may still hold the bytes; and the
+earlier versions of the erased memories that the request left (``ledger.supersession``),
+with their state now: whether each still holds content and whether it was reinstated.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from psycopg_pool import ConnectionPool
 
 from ledger.dead_letters import DeadLetterProbe, ErasureScope, scope_of
 from projections.cache import RecallCache
+from projections.compaction import last_complete
 from projections.errors import UnknownRequestError
 from projections.vector_index import VectorIndex
 from projections.wording import counted
@@ -75,6 +84,19 @@ class StoreTrace:
     removed_at: str | None = None
 
 
+@dataclass(frozen=True)
+class EarlierVersion:
+    """An earlier version of an erased memory that the request did not erase: its
+    ``status`` now, whether it still ``holds_content`` (its keys are not destroyed) and
+    whether the request ``reinstated`` it (its replacement was erased: it awaits
+    confirmation)."""
+
+    memory_id: str
+    status: str
+    holds_content: bool
+    reinstated: bool
+
+
 @dataclass
 class TraceReport:
     """Everything a compliance reviewer needs for one erasure request. Times are ISO
@@ -96,6 +118,15 @@ class TraceReport:
     verdict: str = "pending"
     source_ref: str | None = None
     fingerprints: int = 0
+    with_history: bool = False
+    earlier_versions: list[EarlierVersion] = field(default_factory=list)
+    disk: StoreTrace | None = None
+    """Residue on disk (``applied``: compacted; ``reported``: until compaction); not in
+    ``stores``, whose rows are the supported paths the verdict judges."""
+
+    def rows(self) -> list[StoreTrace]:
+        """The rows of the table: every store, then ``disk``."""
+        return [*self.stores, *([self.disk] if self.disk is not None else [])]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,6 +209,7 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         }
         source_ref = _source_ref(conn, request_id)
         purged = _dlq_purged(conn, request_id)
+        with_history, earlier = _earlier_versions(conn, request_id)
     report = TraceReport(
         request_id=request_id,
         subject_id=subject,
@@ -191,6 +223,8 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         log_offset=off,
         source_ref=source_ref,
         fingerprints=len(hmacs),
+        with_history=with_history,
+        earlier_versions=earlier,
     )
     found["vectors"], by_fingerprint["vectors"] = _probe_vectors(targets.index, subject, probed, set(hmacs))
     found["cache"], by_fingerprint["cache"] = _probe_cache(targets, subject, set(probed), set(hmacs))
@@ -209,6 +243,8 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
     if targets.dead_letters is not None:
         report.stores.append(_dlq_trace(targets, scope_of(ids, kind, subject, source_ref), purged, log_receipt))
     report.verdict = verdict_of(report.stores)
+    with pool.connection() as conn:
+        report.disk = _disk_trace(conn, report.stores, requested_at)
     return report
 
 
@@ -233,6 +269,46 @@ def _probed_ids(
         (subject, partition, offset),
     ).fetchall()
     return sorted(set(ids) | {str(r[0]) for r in rows})
+
+
+def _earlier_versions(conn: psycopg.Connection, request_id: str) -> tuple[bool, list[EarlierVersion]]:
+    """Whether the request erased the history too, and the earlier versions it left
+    (recorded at the request), with their state now."""
+    row = conn.execute(
+        "SELECT with_history, reinstated, earlier_versions FROM erasure_requests WHERE request_id = %s",
+        (request_id,),
+    ).fetchone()
+    if row is None:
+        return False, []
+    with_history, reinstated, recorded = bool(row[0]), set(row[1]), list(row[2])
+    ids = list(dict.fromkeys([*recorded, *sorted(reinstated)]))
+    now = {
+        str(r[0]): (str(r[1]), bool(r[2]))
+        for r in conn.execute(
+            "SELECT memory_id, status, sealed_content IS NOT NULL AND status <> 'erased' FROM ledger_memories"
+            " WHERE memory_id = ANY(%s)",
+            (ids,),
+        )
+    }
+    return with_history, [EarlierVersion(m, *now.get(m, ("unknown", False)), m in reinstated) for m in ids]
+
+
+def _disk_trace(conn: psycopg.Connection, stores: list[StoreTrace], requested_at: datetime) -> StoreTrace:
+    """The ``disk`` row: compacted by a complete compaction that started once every store
+    had applied the erasure, or residue until then (reported, not judged)."""
+    applied = [datetime.fromisoformat(s.applied_at) for s in stores if s.applied_at is not None]
+    pending = any(s.status == "pending" for s in stores)
+    after = max([requested_at, *applied])
+    last = last_complete(conn, after)
+    t = StoreTrace(store="disk", status="reported", probe="residue until compaction (memledger compact)")
+    if pending:
+        t.probe = "residue until compaction (run memledger compact once every store applied the erasure)"
+    elif last.complete_at is not None:
+        t.status, t.applied_at, t.probe = "applied", last.complete_at, f"compacted at {last.complete_at}"
+        t.latency_s = _latency(datetime.fromisoformat(last.complete_at), requested_at)
+    elif last.partial_at is not None:
+        t.probe = f"residue until compaction (the compaction at {last.partial_at} was partial: {'; '.join(last.left)})"
+    return t
 
 
 def _dlq_purged(conn: psycopg.Connection, request_id: str) -> int:
@@ -408,14 +484,26 @@ def render_text(report: TraceReport) -> str:
         f"{'store':<10} {'status':<8} {'applied at (UTC)':<33} {'offset':>7} {'removed':>7} {'latency s':>9}"
         "  probe by id; by fingerprint",
     ]
-    for s in report.stores:
+    for s in report.rows():
         lines.append(
             f"{s.store:<10} {s.status:<8} {s.applied_at or '-':<33} {_dash(s.log_offset):>7} "
             f"{_dash(s.items_removed):>7} {_dash(s.latency_s):>9}  {s.probe}; {s.fingerprint_probe}"
         )
     notes = [rebuilt_note(s) for s in report.stores if s.rebuilt]
-    lines += ["", *notes, *([""] if notes else []), f"verdict: {report.verdict}"]
+    lines += ["", *notes, *([""] if notes else []), *earlier_lines(report), f"verdict: {report.verdict}"]
     return "\n".join(lines)
+
+
+def earlier_lines(report: TraceReport) -> list[str]:
+    """The earlier versions the request left, one line each (none when it erased them)."""
+    if not report.earlier_versions:
+        return ["earlier versions: erased with the request" if report.with_history else "earlier versions: none", ""]
+    lines = ["earlier versions of the erased memories, not erased by this request:"]
+    for v in report.earlier_versions:
+        held = "holds content" if v.holds_content else "holds no content"
+        why = "; reinstated: its replacement was erased" if v.reinstated else ""
+        lines.append(f"  {v.memory_id}  {v.status}, {held}{why}")
+    return [*lines, ""]
 
 
 def rebuilt_note(s: StoreTrace) -> str:

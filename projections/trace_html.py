@@ -16,6 +16,7 @@ from projections.trace import StoreTrace, TraceReport, rebuilt_note
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem; color: #1b1f23; }
 h1 { font-size: 1.3rem; margin-bottom: .2rem; }
+h2 { font-size: 1.05rem; margin: 1.2rem 0 .2rem; }
 table { border-collapse: collapse; margin: 1rem 0; }
 th, td { border: 1px solid #d0d7de; padding: .3rem .6rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
@@ -60,6 +61,26 @@ def _store_row(s: StoreTrace) -> str:
     )
 
 
+def _earlier(report: TraceReport) -> list[str]:
+    """The earlier versions the request left (``id="earlier"``), or a note that it left none."""
+    if not report.earlier_versions:
+        what = "erased with the request" if report.with_history else "none"
+        return [f'<p id="earlier" class="note" data-earlier="0">Earlier versions of the erased memories: {what}.</p>']
+    rows = [
+        f'<tr data-memory="{_v(v.memory_id)}" data-holds-content="{str(v.holds_content).lower()}">'
+        f"<td><code>{_v(v.memory_id)}</code></td><td>{_v(v.status)}</td>"
+        f"<td>{'yes' if v.holds_content else 'no'}</td><td>{'yes' if v.reinstated else 'no'}</td></tr>"
+        for v in report.earlier_versions
+    ]
+    return [
+        "<h2>Earlier versions not erased by this request</h2>",
+        f'<table id="earlier" data-earlier="{len(rows)}"><thead><tr><th>Memory</th><th>Status now</th>',
+        "<th>Holds content</th><th>Reinstated (its replacement was erased)</th></tr></thead><tbody>",
+        *rows,
+        "</tbody></table>",
+    ]
+
+
 def render_html(report: TraceReport) -> str:
     """The report as one HTML5 document (UTF-8, no external resources)."""
     request_rows = [
@@ -90,9 +111,10 @@ def render_html(report: TraceReport) -> str:
         "<th>Store</th><th>Status</th><th>Applied at (UTC)</th><th>Partition</th><th>Offset</th>",
         "<th>Items removed</th><th>Latency (s)</th><th>Probe by memory id</th><th>Probe by content fingerprint</th>",
         "</tr></thead><tbody>",
-        *(_store_row(s) for s in report.stores),
+        *(_store_row(s) for s in report.rows()),
         "</tbody></table>",
         *(f'<p class="note" data-rebuilt="{_v(s.store)}">{_v(rebuilt_note(s))}</p>' for s in rebuilt),
+        *_earlier(report),
         f'<p class="note">{escape(_NOTE)}</p>',
         "</body></html>",
     ]

@@ -218,6 +218,15 @@ class VectorIndex(Protocol):
         """Delete the collection and all its points; no-op if absent."""
         ...
 
+    def compact(self) -> str:
+        """Rewrite the collection's storage so that deleted points leave its files (an
+        engine keeps a deleted point's vector and payload in its segments and write-ahead
+        log until it optimises or rotates them); the live points stay as they are.
+        Returns what was done, in words, or why the engine cannot be made to do it now
+        (a Qdrant server optimises on its own schedule). Raises VectorIndexError (the
+        collection must exist; an index this process does not own cannot be compacted)."""
+        ...
+
     def close(self) -> None:
         """Release the engine and any lock; the index is unusable afterwards. Idempotent."""
         ...

@@ -318,6 +318,10 @@ class RemoteVectorIndex:
         """Refused: raises VectorIndexError (read-only)."""
         raise self._read_only("drop_collection")
 
+    def compact(self) -> str:
+        """Refused: raises VectorIndexError (read-only: only the owner rewrites its storage)."""
+        raise self._read_only("compact")
+
     def find_derived_from(self, memory_ids: Sequence[str]) -> list[str]:
         """Ids of the points whose payload ``derived_from`` holds any of ``memory_ids``."""
         return [str(m) for m in self._call("find_derived_from", {"memory_ids": list(memory_ids)})]

@@ -9,7 +9,8 @@ A memory that stops being usable (superseded, revoked, expired, erased) loses it
 of its subject, known to the ledger's heads or not: ``base.whole_subject_erasures``);
 one in a detected conflict keeps it with status ``needs_confirmation`` (so recall's status
 filter leaves it out unless unconfirmed memories are asked for), and a reinforcement only
-bumps its revision.
+bumps its revision. A memory reinstated after its replacement was erased
+(``MemoryReinstated``) gets its point back, embedded from the text the event carries.
 
 **Two steps: in log order, then embedding.** Applying a batch in log order is fast: it
 reads the batch's current points (and queued writes) once, folds the events over them in
@@ -60,8 +61,10 @@ from contracts import (
     MemoryRedacted,
     MemoryRef,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWritten,
+    RedactedState,
     RetentionExpired,
     SummaryDerived,
     touched_memories,
@@ -84,6 +87,9 @@ REUSE_PAUSE_S = 60
 
 _REMOVING = (MemorySuperseded, ConsentRevoked, RetentionExpired, ErasureRequested)
 """Events after which their memories have no point."""
+
+_POINT_WRITES = (MemoryWritten, MemoryRedacted, MemoryReinstated)
+"""Events whose text (re)makes a memory's point."""
 
 
 def scope_key(scope_type: str, scope_id: str) -> str:
@@ -215,7 +221,7 @@ class VectorsProjection(base.PositionedProjection):
         writes = [e for e, _, _ in plan if isinstance(e, base.WRITE_EVENTS)]
         erased = self._content.erased_among([e.memory_id for e in writes], conn)
         plan = [(e, p, f) for e, p, f in plan if not (isinstance(e, base.WRITE_EVENTS) and e.memory_id in erased)]
-        texts = sealed_events([e for e, _, _ in plan if isinstance(e, MemoryWritten | MemoryRedacted)])
+        texts = sealed_events([e for e, _, _ in plan if isinstance(e, _POINT_WRITES)])
         if opened is None or not opened.covers(texts):
             opened = self._content.open_events(texts, conn)
         ids = list(
@@ -259,7 +265,7 @@ class VectorsProjection(base.PositionedProjection):
     ) -> None:
         """What ``e`` does to the slots of the memories it is ``fresh`` for (newer than
         their marks; an erasure removes all of its memories)."""
-        if isinstance(e, MemoryWritten | MemoryRedacted):
+        if isinstance(e, _POINT_WRITES):
             slot = self._written(slots.get(e.memory_id), e, position, opened.of(e))
             if slot is not None:
                 slots[e.memory_id] = slot
@@ -275,16 +281,27 @@ class VectorsProjection(base.PositionedProjection):
                 slots[ref.memory_id] = None
 
     def _written(
-        self, existing: _Slot | None, e: MemoryWritten | MemoryRedacted, position: LogPosition, content: Opened
+        self,
+        existing: _Slot | None,
+        e: MemoryWritten | MemoryRedacted | MemoryReinstated,
+        position: LogPosition,
+        content: Opened,
     ) -> _Slot | None:
-        """The slot after a write or redaction whose text and personal fields opened (a
-        text that does not open makes no point), or ``None`` when it changes nothing."""
+        """The slot after a write, redaction or reinstatement whose text and personal
+        fields opened (a text that does not open makes no point), or ``None`` when it
+        changes nothing. A reinstated memory had lost its point when it was superseded:
+        the point is built again from the state and text the event carries."""
         personal = content.personal
         if content.text is None or personal is None:
             return None
         if existing is not None and existing.revision >= e.revision:
             return None
-        if isinstance(e, MemoryRedacted):
+        if isinstance(e, MemoryReinstated):
+            if e.state.kind == "summary":
+                return None  # a summary lives in the summaries store (and is never reinstated)
+            payload = self._payload_of_state(e, e.state, personal.scope_id)
+            sealed = e.content
+        elif isinstance(e, MemoryRedacted):
             if existing is not None:
                 payload = existing.payload | {"revision": e.revision, "content_hmac": e.content_hmac}
             elif (
@@ -293,19 +310,7 @@ class VectorsProjection(base.PositionedProjection):
                 # replaying: the original text's key was destroyed by this redaction, so
                 # the point is built from the state the event carries (a summary has none:
                 # it lives in the summaries store)
-                payload = self._payload(
-                    e.memory_id,
-                    e.subject_id,
-                    e.revision,
-                    e.content_hmac,
-                    e.state.status,
-                    e.state.kind,
-                    e.state.purpose,
-                    e.state.scope_type,
-                    personal.scope_id,
-                    e.state.expires_at,
-                    e.state.derived_from,
-                )
+                payload = self._payload_of_state(e, e.state, personal.scope_id)
             else:
                 return None  # no live point to rewrite (not usable any more)
             sealed = e.content
@@ -473,6 +478,26 @@ class VectorsProjection(base.PositionedProjection):
             return visible_positions(conn, self.id, self.version)
 
     # -- payload ------------------------------------------------------------------------------
+
+    def _payload_of_state(
+        self, e: MemoryRedacted | MemoryReinstated, state: RedactedState, scope_id: str
+    ) -> dict[str, Any]:
+        """The payload of a point built from the state a redaction or reinstatement carries
+        (the memory's write may be out of reach: its text's key destroyed, or its point
+        deleted when it was superseded); ``scope_id`` from the event's personal fields."""
+        return self._payload(
+            e.memory_id,
+            e.subject_id,
+            e.revision,
+            e.content_hmac,
+            state.status,
+            state.kind,
+            state.purpose,
+            state.scope_type,
+            scope_id,
+            state.expires_at,
+            state.derived_from,
+        )
 
     def _payload(
         self,

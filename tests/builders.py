@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,14 +14,15 @@ PURPOSE = "technical_writing"
 
 
 def memory_write(subject: str = "alice", content: str = "Alice prefers short answers", **fields: Any) -> MemoryWrite:
-    """A valid ``MemoryWrite``; keyword arguments override or add fields."""
+    """A valid ``MemoryWrite`` from a turn of its own (a new turn id each call: the same
+    write again is a restatement, not a retry); keyword arguments override or add fields."""
     body: dict[str, Any] = {
         "subject_id": subject,
         "kind": "preference",
         "content": content,
         "purpose": PURPOSE,
         "scope": {"type": "subject", "id": subject},
-        "provenance": {"writer": "test-agent", "written_at": utc_now(), "turn_id": "t-1"},
+        "provenance": {"writer": "test-agent", "written_at": utc_now(), "turn_id": f"t-{uuid.uuid4().hex[:8]}"},
         "confirmed": True,
     }
     body.update(fields)

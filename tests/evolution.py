@@ -1,26 +1,33 @@
-"""An evolved contract for tests of schema evolution: ``MemoryWritten`` at version 3.
+"""An evolved contract for tests of schema evolution: ``MemoryWritten`` at version 4, two
+versions past this code's (version 2, which added ``memory.screening``):
 
-- v1 -> v2 renamed the envelope field ``producer`` to ``emitted_by`` on the wire;
-- v2 -> v3 renamed ``correlation_id`` to ``trace_id`` on the wire.
+- v2 -> v3 renamed the envelope field ``producer`` to ``emitted_by`` on the wire;
+- v3 -> v4 renamed ``correlation_id`` to ``trace_id`` on the wire.
 
-The Python attribute names stay (the models subclass ``MemoryWritten``), so projections
-written against ``MemoryWritten`` apply the evolved events unchanged; every other event
-type stays at version 1, which is what per-type schema versions allow.
+The Python attribute names stay (the model subclasses ``MemoryWritten``), so projections
+written against ``MemoryWritten`` apply the evolved events unchanged; the v1 -> v2 step
+is this code's own (``contracts.upcasting.UPCASTERS``); every other event type stays at
+its version, which is what per-type schema versions allow.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from contracts import MemoryWritten
+from contracts import SCHEMA_VERSIONS, MemoryWritten
 from contracts.types import NonEmptyStr
 from contracts.upcasting import RawEvent, Upcaster
 
+CURRENT = SCHEMA_VERSIONS["MemoryWritten"]
+"""This code's version of ``MemoryWritten`` (the evolved contract starts from it)."""
+EVOLVED = CURRENT + 2
+"""The evolved contract's version of ``MemoryWritten``."""
 
-class MemoryWrittenV3(MemoryWritten):
-    """``MemoryWritten`` as the evolved contract has it (version 3)."""
 
-    schema_version: int = Field(default=3, ge=1, strict=True)
+class MemoryWrittenEvolved(MemoryWritten):
+    """``MemoryWritten`` as the evolved contract has it (version ``EVOLVED``)."""
+
+    schema_version: int = Field(default=EVOLVED, ge=1, strict=True)
     producer: NonEmptyStr = Field(alias="emitted_by")
     correlation_id: NonEmptyStr = Field(alias="trace_id")
 
@@ -35,11 +42,11 @@ def rename(old: str, new: str) -> Upcaster:
     return step
 
 
-UPCASTERS_V3: dict[tuple[str, int], Upcaster] = {
-    ("MemoryWritten", 1): rename("producer", "emitted_by"),
-    ("MemoryWritten", 2): rename("correlation_id", "trace_id"),
+UPCASTERS_EVOLVED: dict[tuple[str, int], Upcaster] = {
+    ("MemoryWritten", CURRENT): rename("producer", "emitted_by"),
+    ("MemoryWritten", CURRENT + 1): rename("correlation_id", "trace_id"),
 }
-"""The steps from ``MemoryWritten`` v1 to v3."""
+"""The steps from this code's ``MemoryWritten`` to the evolved one."""
 
-MODELS_V3 = (MemoryWrittenV3,)
+MODELS_EVOLVED = (MemoryWrittenEvolved,)
 """The models the evolved contract replaces."""

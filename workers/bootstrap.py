@@ -22,6 +22,7 @@ from ledger.dead_letters import DeadLetterProbe, ErasureScope, probe_kafka_dlq, 
 from ledger.eventlog import DeadLetterQueue, EventLog
 from ledger.policy import load_policy
 from ledger.principals import Principal, load_principals, resolve_principal
+from ledger.screening import load_screening_policy
 from ledger.service import Ledger
 from ledger.tombstone_log import TombstoneLog
 from projections import versions
@@ -520,6 +521,7 @@ def build(
             policy=load_policy(settings.retention_policy_file),
             tombstone_log=tombstone_log,
             observe_appended=count_committed,
+            screening=load_screening_policy(settings.screening_policy_file),
         )
         closers.append(ledger.close)  # its outbox relay, before the pool and the log close
         content = ContentAccess(pool, keyring, tombstone_set)

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     retention_policy_file: Path | None = Field(
         default=None, description="retention policy per sensitivity class (TOML); default: the checked-in one"
     )
+    screening_policy_file: Path | None = Field(
+        default=None, description="screening policy of memory text (TOML); default: the checked-in one"
+    )
     principal: str = "cli"
     producer: str = "memledger"
     embedder: str = "minilm"

@@ -136,10 +136,15 @@ async def every_tool(client: Client, agent: Agent) -> None:
     assert unconfirmed["field"] == "confirm" and unconfirmed["status"] == 422
     erased = await call(client, "forget", subject_id=s, memory_ids=[newer["memory_id"]], confirm=True)
     assert erased["request_id"].startswith("er-") and erased["events"][0]["type"] == "ErasureRequested"
+    # the preference it superseded is live again, awaiting confirmation (its replacement is erased)
+    assert erased["reinstated"] == [mid] and erased["earlier_versions"] == [mid]
     traced = await call(client, "trace", request_id=erased["request_id"])
     assert traced["subject_id"] == s and traced["memory_ids"] == [newer["memory_id"]]
     missing = await refused(client, "remember", subject_id=s, purpose=PURPOSE)
     assert missing["field"] == "content"
+    secret = "the deploy key is AKIAIOSFODNN7EXAMPLE"  # screened at the ledger, as every way in
+    leaked = await refused(client, "remember", subject_id=s, content=secret, purpose=PURPOSE)
+    assert leaked["field"] == "content" and "AWS Access Key" in leaked["rule"] and "AKIA" not in json.dumps(leaked)
 
 
 async def memory_tool_commands(client: Client, s: str) -> None:

@@ -286,6 +286,73 @@ def test_bad_requests_get_problem_documents_naming_the_field(
         t.client.lag()  # no admin scope
 
 
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+
+def test_the_write_boundary_screens_every_way_in_and_a_retry_changes_nothing(
+    served: serving.Served, tenant: Callable[[str], Tenant], admin: LedgerClient
+) -> None:
+    """Screening, retries and an erasure's earlier versions through the HTTP API: a
+    secret is refused with a problem document naming the field, by a write, a batch, a
+    supersession and the memory tool, and nothing is appended; personal data raises the
+    class; the same write again in the same turn is a no-op returning the first result."""
+    t = tenant("boundary")
+    c, s = t.client, t.subject
+    auth = {"Authorization": f"Bearer {t.token}"}
+    url = f"{served.url}/v1/subjects/{s}"
+    secret = f"the deploy key is {AWS_KEY}"
+    ends = admin.lag().end_offsets
+    refusals = [
+        httpx.post(f"{url}/memories", json={"content": secret, "purpose": PURPOSE}, headers=auth),
+        httpx.post(
+            f"{url}/memories/batch",
+            json={
+                "memories": [{"content": "Eve likes tea", "purpose": PURPOSE}, {"content": secret, "purpose": PURPOSE}]
+            },
+            headers=auth,
+        ),
+        httpx.post(
+            f"{url}/memory-tool",
+            json={"command": "create", "path": "/memories/ops.md", "file_text": secret, "purpose": PURPOSE},
+            headers=auth,
+        ),
+    ]
+    for r in refusals:
+        assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", r.text
+        problem = r.json()
+        assert problem["field"] == "content" and "AWS Access Key" in problem["rule"], problem
+        assert AWS_KEY not in r.text and "Traceback" not in r.text
+    assert admin.lag().end_offsets == ends  # nothing refused was appended
+    kept = c.write(s, "Eve prefers short answers", PURPOSE, key="answer_length", turn_id="turn-1")
+    with pytest.raises(InvalidRequest) as refused:
+        c.supersede(s, kept.memory_id, secret)
+    assert refused.value.field == "content" and AWS_KEY not in str(refused.value)
+    # a client's retry of the same write in the same turn: the first result, nothing appended
+    ends = admin.lag().end_offsets
+    again = c.write(s, "Eve prefers short answers", PURPOSE, key="answer_length", turn_id="turn-1")
+    assert again.memory_id == kept.memory_id and again.events == [] and again.repeat
+    assert again.first_event_ids == [e.event_id for e in kept.events]
+    assert admin.lag().end_offsets == ends
+    # personal data raises a public memory to the personal class, whose consent rule applies
+    reach = c.write(s, "Reach Eve at eve@example.com", PURPOSE, sensitivity="public", consent_ref="consent-1")
+    assert reach.screening is not None and reach.screening.raised_from == "public"
+    assert [(f.kind, f.action) for f in reach.screening.findings] == [("email_address", "raised")]
+    listed = {m.memory_id: m for m in c.memories(s, after=reach).memories}
+    assert listed[reach.memory_id].sensitivity == "personal"
+    # an erasure of the replacement: the earlier version awaits confirmation; with its history, none is left
+    newer = c.supersede(s, kept.memory_id, "Eve prefers detailed answers")
+    erased = c.erase(s, [newer.memory_id])
+    assert erased.reinstated == [kept.memory_id] and erased.earlier_versions == [kept.memory_id]
+    assert c.memory(s, kept.memory_id, after=erased).memory.status == "needs_confirmation"
+    traced = c.trace(erased.request_id)
+    assert [(v.memory_id, v.reinstated) for v in traced.earlier_versions] == [(kept.memory_id, True)]
+    assert traced.disk is not None and traced.disk.store == "disk"
+    newest = c.supersede(s, kept.memory_id, "Eve prefers answers in French")
+    gone = c.erase(s, [newest.memory_id], with_history=True)
+    assert set(gone.affected) == {newest.memory_id, kept.memory_id} and gone.earlier_versions == []
+    assert c.trace(gone.request_id).with_history
+
+
 def test_writes_over_the_keys_rate_get_429_and_the_client_retries(
     served: serving.Served, tenant: Callable[[str], Tenant]
 ) -> None:

@@ -149,13 +149,14 @@ def test_recall_text_shows_the_provenance_of_each_item(run: Run) -> None:
     args = ("recall", "alice", "short answers", "--purpose", PURPOSE, "--scope", "document:guide")
     items = {i["memory_id"]: i for i in ok(run, *args, "--json")["items"]}
     blocks = re.split(r"\n(?=\s+\d+\. )", ok(run, *args).rstrip())
-    header = re.fullmatch(r"2 memories \(from cache\), \d+ tokens:", blocks[0])  # the --json call cached it
-    assert header and len(blocks) == 3
+    tokens = sum(i["tokens"] for i in items.values())
+    assert blocks[0] == f"2 memories (from cache), {tokens} tokens:" and len(blocks) == 3  # the --json call cached it
     for block in blocks[1:]:
         head, *details = block.splitlines()
-        found = re.search(r"^id (\S+) rev 1; expires \S+Z; \d+ tokens; matched by \S+$", details[-1].strip())
+        found = re.search(r"^id (\S+) rev 1; expires \S+Z; (\d+) tokens?; matched by \S+$", details[-1].strip())
         assert found, block
         item = items[found.group(1)]
+        assert int(found.group(2)) == item["tokens"]
         prov = item["provenance"]
         assert head.endswith(f"{item['kind']}: {item['content']}")
         written = prov["written_at"][:19]  # to the second, in UTC (the CLI writes it in UTC)

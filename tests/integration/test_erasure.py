@@ -216,7 +216,9 @@ def test_html_trace_renders_the_request_every_store_and_the_verdict_in_a_browser
     assert request["Requested by"] == p.id
     assert request["Log position"] == f"partition {r.positions[0].partition}, offset {r.positions[0].offset}"
     stores = {a["data-store"]: (a["data-status"], row) for a, row in cells.rows if a.get("data-store")}
-    assert set(stores) == {"facts", "history", "vectors", "cache", "summaries", "log", "dlq"}
+    assert set(stores) == {"facts", "history", "vectors", "cache", "summaries", "log", "dlq", "disk"}
+    disk_status, disk_row = stores.pop("disk")  # reported, not judged: nothing compacted yet
+    assert (disk_status, disk_row[7]) == ("reported", "residue until compaction (memledger compact)")
     for name, (status, row) in stores.items():
         assert status == "applied" and row[1] == "applied", (name, row)
         assert row[2] != "-" and row[4] != "-" and row[6] != "-", (name, row)  # applied at, offset, latency

@@ -435,6 +435,34 @@ def test_persistence_across_close_and_reopen(open_on_disk: Opener, tmp_path: Pat
         reopened.close()
 
 
+def test_compact_keeps_live_points_and_leaves_no_byte_of_a_deleted_payload(
+    open_on_disk: Opener, tmp_path: Path
+) -> None:
+    index = open_on_disk(tmp_path / "store")
+    try:
+        index.ensure_collection(DIM)
+        kept = point(Q, derived_from=[mid()], marker="kept-payload-7f3a")
+        gone = point((0.0, 1.0, 0.0, 0.0), marker="deleted-payload-9c1e")
+        index.upsert([kept, gone])
+        index.delete([gone.memory_id])
+        assert "rewrote" in index.compact()
+        assert index.retrieve([kept.memory_id])[kept.memory_id].payload == kept.payload
+        assert ids_of(index.search(Q, VectorFilter("s1"), limit=5)) == [kept.memory_id]
+        index.upsert([point(Q)])  # still writable
+        assert index.count() == 2
+    finally:
+        index.close()
+    files = [f for f in (tmp_path / "store").rglob("*") if f.is_file()]
+    assert files, "the engine wrote nothing: the byte search would prove nothing"
+    assert [f for f in files if b"kept-payload-7f3a" in f.read_bytes()]
+    assert [f.name for f in files if b"deleted-payload-9c1e" in f.read_bytes()] == []
+    reopened = open_on_disk(tmp_path / "store")
+    try:
+        assert reopened.count() == 2
+    finally:
+        reopened.close()
+
+
 def test_second_opener_in_this_process_is_refused(open_on_disk: Opener, tmp_path: Path) -> None:
     first = open_on_disk(tmp_path / "store")
     try:
@@ -507,6 +535,7 @@ def test_remote_refuses_writes(served: tuple[QdrantClientIndex, VectorQueryServe
         lambda: remote.set_payload(p.memory_id, {"status": "forgotten"}),
         lambda: remote.delete([p.memory_id]),
         remote.drop_collection,
+        remote.compact,
     ]
     for write in writes:
         with pytest.raises(VectorIndexError, match=f"read-only: .*owned by the process serving {server.url}"):

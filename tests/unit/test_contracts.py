@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from contracts import (
     EVENT_TYPES,
     SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
     ClearProvenance,
     ConflictDetected,
     ConsentRevoked,
@@ -31,13 +32,17 @@ from contracts import (
     MemoryRedacted,
     MemoryRef,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWrite,
     MemoryWritten,
     Provenance,
+    RedactedState,
     Retention,
     RetentionExpired,
     Scope,
+    Screening,
+    ScreeningFinding,
     SealedText,
     SummaryDerived,
     UnknownEventError,
@@ -125,6 +130,20 @@ def clear_provenances(draw: st.DrawFn, needs_sources: bool = False) -> ClearProv
 
 retentions = st.builds(Retention, basis=st.sampled_from(RETENTION_BASES), expires_at=st.none() | aware_datetimes)
 sealed_texts = st.builds(SealedText, key_id=memory_ids, nonce=nonces, ciphertext=ciphertexts)
+findings = st.builds(
+    ScreeningFinding,
+    kind=ids,
+    category=st.sampled_from(("secret", "personal")),
+    action=st.sampled_from(("replaced", "raised", "kept")),
+    count=st.integers(min_value=1, max_value=50),
+)
+screenings = st.none() | st.builds(
+    Screening,
+    policy=ids,
+    findings=st.lists(findings, max_size=3).map(tuple),
+    raised_from=st.none() | st.sampled_from(SENSITIVITIES),
+)
+"""Screening decisions as events record them (``None``: not screened)."""
 
 
 @st.composite
@@ -171,6 +190,7 @@ def memory_bodies(draw: st.DrawFn, kind: str | None = None) -> MemoryBody:
         confidence=draw(confidences),
         veracity=draw(st.sampled_from(VERACITIES)),
         content_hmac=draw(st.none() | st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)),
+        screening=draw(screenings),
     )
 
 
@@ -212,6 +232,26 @@ EVENT_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {
         content=sealed_texts,
         content_hmac=st.none() | ids,
         personal=st.none() | sealed_texts,
+        screening=screenings,
+        **_envelope(),
+    ),
+    MemoryReinstated: st.builds(
+        MemoryReinstated,
+        memory_id=memory_ids,
+        revision=later_revisions,
+        replacement=memory_ids,
+        content=sealed_texts,
+        personal=sealed_texts,
+        content_hmac=st.none() | ids,
+        state=st.builds(
+            RedactedState,
+            status=st.just("needs_confirmation"),
+            kind=st.sampled_from(KINDS),
+            purpose=ids,
+            scope_type=st.sampled_from(SCOPE_TYPES),
+            expires_at=st.none() | aware_datetimes,
+            derived_from=st.lists(ids, max_size=3).map(tuple),
+        ),
         **_envelope(),
     ),
     ConsentRevoked: st.builds(
@@ -313,7 +353,7 @@ def test_encoded_event_is_a_compact_json_object_with_type_and_version(event: Eve
     raw = json.loads(encode_event(event))
     assert isinstance(raw, dict)
     assert raw["type"] == type(event).__name__
-    assert raw["schema_version"] == SCHEMA_VERSION
+    assert raw["schema_version"] == SCHEMA_VERSIONS[raw["type"]] >= SCHEMA_VERSION
     assert raw["subject_id"] == event.subject_id
 
 

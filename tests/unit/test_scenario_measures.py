@@ -78,11 +78,22 @@ class FakePool:
         yield Conn()
 
 
+class FakeLog:
+    """A log whose end moves with every write the fake ledger admits."""
+
+    def __init__(self, ledger: FakeLedger) -> None:
+        self._ledger = ledger
+
+    def end_offsets(self) -> dict[int, int]:
+        return {0: len(self._ledger.written)}
+
+
 class FakeServices:
     def __init__(self, expired: set[str] | None = None) -> None:
         self.ledger = FakeLedger()
         self.recall = FakeRecall(self.ledger, expired or set())
         self.pool = FakePool()
+        self.log = FakeLog(self.ledger)
 
     def principal(self) -> object:
         return object()
@@ -152,3 +163,21 @@ def test_a_clean_result_passes_with_full_relevance() -> None:
     assert totals([report]).precision == 1.0
     assert report.subject_id.startswith("scn-t-")
     assert (utc_now() - svc.ledger.written[next(iter(svc.ledger.written))].provenance.written_at).total_seconds() < 60
+
+
+def test_a_retry_answered_with_a_new_memory_is_a_duplicate_and_an_admitted_refusal_fails() -> None:
+    scenario = Scenario(
+        "t",
+        "t",
+        (
+            Write("a", "indents with four spaces", turn="turn-1"),
+            Write("a-retry", "indents with four spaces", turn="turn-1", retry_of="a"),
+            Write("key", "key AKIAIOSFODNN7EXAMPLE", refused="content"),
+        ),
+    )
+    report = run(scenario, FakeServices())  # a ledger with no retry or screening rule
+    assert report.duplicates == 1 and not report.passed
+    failures = report.all_failures()
+    assert any("retry 'a-retry' of 'a'" in f for f in failures)
+    assert any("write 'key' was admitted" in f for f in failures)
+    assert any("refused write 'key' appended to the log" in f for f in failures)

@@ -26,17 +26,17 @@ from contracts import (
 )
 from contracts.serialization import DEFAULT_CODEC, EventCodec, active_codec, build_codec
 from contracts.upcasting import DEFAULT_REGISTRY, RawEvent, UpcasterRegistry
-from tests.evolution import MODELS_V3, UPCASTERS_V3, MemoryWrittenV3
+from tests.evolution import CURRENT, EVOLVED, MODELS_EVOLVED, UPCASTERS_EVOLVED, MemoryWrittenEvolved
 from tests.unit.test_contracts import EVENT_STRATEGIES, events
 
-CODECS = {"current": DEFAULT_CODEC, "evolved": build_codec(MODELS_V3, UPCASTERS_V3)}
+CODECS = {"current": DEFAULT_CODEC, "evolved": build_codec(MODELS_EVOLVED, UPCASTERS_EVOLVED)}
 
 
 def test_every_type_has_a_version_and_a_complete_chain() -> None:
     assert set(SCHEMA_VERSIONS) == {t.model_fields["type"].default for t in EVENT_TYPES}
     assert DEFAULT_REGISTRY.missing_steps() == []
     assert CODECS["evolved"].registry.missing_steps() == []
-    assert CODECS["evolved"].registry.versions["MemoryWritten"] == 3
+    assert CODECS["evolved"].registry.versions["MemoryWritten"] == EVOLVED
     assert CODECS["evolved"].registry.versions["MemoryConfirmed"] == 1  # types evolve on their own
 
 
@@ -116,14 +116,14 @@ def test_any_registered_chain_lifts_a_v1_event_to_a_dict_the_current_model_valid
 
 @settings(deadline=None, max_examples=50)
 @given(event=EVENT_STRATEGIES[MemoryWritten])
-def test_v1_bytes_read_through_the_evolved_contract_give_the_v3_model(event: MemoryWritten) -> None:
+def test_current_bytes_read_through_the_evolved_contract_give_the_evolved_model(event: MemoryWritten) -> None:
     data = encode_event(event)
-    with evolved(MODELS_V3, UPCASTERS_V3):
+    with evolved(MODELS_EVOLVED, UPCASTERS_EVOLVED):
         decoded = decode_event(data)
         again = decode_event(encode_event(decoded))
-    assert type(decoded) is MemoryWrittenV3
+    assert type(decoded) is MemoryWrittenEvolved
     assert decoded.producer == event.producer and decoded.correlation_id == event.correlation_id
-    assert decoded.schema_version == 3
+    assert decoded.schema_version == EVOLVED
     assert again == decoded
     assert active_codec() is DEFAULT_CODEC
 
@@ -140,14 +140,15 @@ def test_the_evolved_wire_format_uses_the_new_names_and_the_old_reader_refuses_i
             revision=2,
         )
     )
-    with evolved(MODELS_V3, UPCASTERS_V3):
+    with evolved(MODELS_EVOLVED, UPCASTERS_EVOLVED):
         confirmed = decode_event(json.dumps(base).encode())  # an unevolved type reads as before
     assert isinstance(confirmed, MemoryConfirmed) and confirmed.schema_version == 1
-    v3 = {**base, "type": "MemoryWritten", "schema_version": 3}
+    newer = {**base, "type": "MemoryWritten", "schema_version": EVOLVED}
     with pytest.raises(UnknownEventError) as info:
-        decode_event(json.dumps(v3).encode())
+        decode_event(json.dumps(newer).encode())
     assert info.value.reason == (
-        "schema_version: MemoryWritten v3 is newer than this reader's v1 (deploy a reader that knows it)"
+        f"schema_version: MemoryWritten v{EVOLVED} is newer than this reader's v{CURRENT}"
+        " (deploy a reader that knows it)"
     )
     assert info.value.event_type == "MemoryWritten"
 
@@ -161,7 +162,37 @@ def test_a_replacement_model_must_subclass_the_model_it_replaces() -> None:
 
 
 def test_evolved_restores_the_codec_after_an_error() -> None:
-    with pytest.raises(RuntimeError), evolved(MODELS_V3, UPCASTERS_V3):
+    with pytest.raises(RuntimeError), evolved(MODELS_EVOLVED, UPCASTERS_EVOLVED):
         assert active_codec() is not DEFAULT_CODEC
         raise RuntimeError("boom")
     assert active_codec() is DEFAULT_CODEC
+
+
+def test_a_version_1_write_reads_as_unscreened() -> None:
+    """Events written before screening existed (``MemoryWritten``, ``SummaryDerived`` and
+    ``MemoryRedacted`` v1) read with ``screening`` ``None``."""
+    sealed = {"key_id": "k", "nonce": "AAAAAAAAAAAAAAAA", "ciphertext": "A" * 24}
+    envelope = {
+        "event_id": "e",
+        "schema_version": 1,
+        "occurred_at": "2026-01-01T00:00:00Z",
+        "subject_id": "alice",
+        "producer": "p",
+        "correlation_id": "c",
+        "memory_id": "00000000-0000-0000-0000-000000000001",
+    }
+    body = {
+        "kind": "fact",
+        "content": sealed,
+        "personal": sealed,
+        "purpose": "p",
+        "scope_type": "subject",
+        "provenance": {"writer": "w", "written_at": "2026-01-01T00:00:00Z"},
+        "confidence": 1.0,
+    }
+    written = decode_event(json.dumps({**envelope, "type": "MemoryWritten", "memory": body}).encode())
+    assert isinstance(written, MemoryWritten) and written.memory.screening is None
+    assert written.schema_version == SCHEMA_VERSIONS["MemoryWritten"] == 2
+    redacted = {**envelope, "type": "MemoryRedacted", "revision": 2, "fields": ["content"], "content": sealed}
+    decoded = decode_event(json.dumps(redacted).encode())
+    assert decoded.type == "MemoryRedacted" and decoded.screening is None and decoded.schema_version == 2

@@ -1,8 +1,10 @@
-"""Compliance commands around erasure: erasure-report, reapply-tombstones, rotate-master-key."""
+"""Compliance commands around erasure: erasure-report, reapply-tombstones, rotate-master-key,
+compact."""
 
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from datetime import UTC, date, datetime, time
 from pathlib import Path
 from typing import Annotated
@@ -14,10 +16,13 @@ from ledger.crypto import parse_master_key
 from ledger.erasure import restore_requests, restore_tombstones
 from ledger.errors import KeyStoreError
 from ledger.service import new_id
+from projections.compaction import compact
 from projections.erasure_report import erasure_report
 from projections.tombstones import STORES, reapply_tombstones
+from projections.vector_index import VectorIndexError
 from projections.wording import counted
-from workers.cli.util import emit, parse_time, services
+from workers.cli.util import emit, parse_time, project_if_embedded, services, warn
+from workers.compaction import compact_targets
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 
@@ -162,7 +167,40 @@ def rotate_master_key_cmd(
     emit(as_json, out, text_out)
 
 
+def compact_cmd(
+    lock_timeout_s: Annotated[
+        float, typer.Option("--lock-timeout-s", min=0.1, max=600.0, help="longest wait for each table's lock, seconds")
+    ] = 5.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rewrite what erasures, redactions and revocations left on disk: the ledger's and
+    every projection version's tables and indexes (VACUUM FULL, each waiting at most
+    --lock-timeout-s for its lock), their statistics, the WAL (a switch and a checkpoint),
+    the vector collections and the Redis dump. Progress on stderr; the run is recorded, and
+    `trace` shows its time in the `disk` row. Stop the vectors worker first when it owns
+    a local index (distributed mode without a Qdrant server), or its collection is skipped."""
+    unreachable: str | None = None
+    with ExitStack() as stack:
+        try:
+            svc = stack.enter_context(services(own_vectors=True))
+        except VectorIndexError as exc:  # the vectors worker holds the local index
+            unreachable = str(exc)
+            svc = stack.enter_context(services(own_vectors=False))
+        svc.principal().require("erase", "*")  # it rewrites every subject's data
+        project_if_embedded(svc)  # the erasures' own events first: compaction rewrites what they left
+        targets = compact_targets(svc, lock_timeout_s, unreachable)
+
+        def progress(step: str, done: int, total: int) -> None:
+            warn(f"compact: {step} ({done}/{total})")
+
+        report = compact(svc.pool, targets, "cp-" + new_id(), progress)
+    emit(as_json, report.to_dict(), report.render)
+    if not report.complete:
+        warn("compaction is partial: what a step left is listed above; `trace` keeps saying `residue until compaction`")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("compact")(compact_cmd)
     app.command("erasure-report")(erasure_report_cmd)
     app.command("reapply-tombstones")(reapply_tombstones_cmd)
     app.command("rotate-master-key")(rotate_master_key_cmd)

@@ -71,13 +71,37 @@ def _global(
 
 
 def _result(r: CommandResult) -> dict[str, object]:
-    return {
+    out: dict[str, object] = {
         "memory_id": r.memory_id,
         "request_id": r.request_id,
         "affected": list(r.affected),
         "events": [{"event_id": e.event_id, "type": e.type} for e in r.events],
         "positions": [{"partition": p.partition, "offset": p.offset} for p in r.positions],
+        "repeat": r.repeat,
     }
+    if r.first_event_ids:
+        out["first_event_ids"] = list(r.first_event_ids)
+    if r.request_id is not None:
+        out |= {"reinstated": list(r.reinstated), "earlier_versions": list(r.earlier_versions)}
+    screening = r.screening
+    if screening is not None:
+        out["screening"] = screening.model_dump(mode="json")
+    return out
+
+
+def _screened(r: CommandResult) -> str:
+    """What screening did, in words (empty when it found nothing)."""
+    s = r.screening
+    if s is None or not s.findings:
+        return ""
+    replaced = [f"{f.count} {f.kind}" for f in s.findings if f.action == "replaced"]
+    personal = [f.kind.replace("_", " ") for f in s.findings if f.category == "personal"]
+    parts = [f"replaced {', '.join(replaced)}"] if replaced else []
+    if s.raised_from is not None:
+        parts.append(f"class raised from {s.raised_from} (holds {', '.join(personal)})")
+    elif personal:
+        parts.append(f"holds {', '.join(personal)}")
+    return f"; screening: {'; '.join(parts)}"
 
 
 def _memories(n: int) -> str:
@@ -91,6 +115,8 @@ def _where(r: CommandResult) -> str:
 def _describe_write(r: CommandResult, key: str | None) -> str:
     """What a write ended in: a new memory, a restatement, a confirmation, a supersession
     or a conflict (on the written memory's ``key``)."""
+    if r.repeat is not None:
+        return r.repeat
     first = r.events[0]
     if first.type == "MemoryReinforced":
         text = f"same statement as memory {r.memory_id}: reinforced, confidence now {first.confidence:.3f}"
@@ -109,7 +135,7 @@ def _describe_write(r: CommandResult, key: str | None) -> str:
                 f"; conflict {e.conflict_id} on key {key!r}: {members} now need confirmation"
                 f" (see memledger conflicts {e.subject_id})"
             )
-    return f"{text} at {_where(r)}"
+    return f"{text} at {_where(r)}{_screened(r)}"
 
 
 def _memory_write(subject: str, content: str, *, writer: str | None = None, **options: object) -> MemoryWrite:
@@ -226,7 +252,11 @@ def supersede(
         cmd = commands.replacement(subject, old, change, svc.principal().id, purpose=purpose, scope=scope)
         r = svc.ledger.supersede(svc.principal(), memory_id, cmd)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: f"memory {memory_id} superseded by {r.memory_id} at {_where(r)}")
+    emit(
+        as_json,
+        _result(r),
+        lambda: r.repeat or f"memory {memory_id} superseded by {r.memory_id} at {_where(r)}{_screened(r)}",
+    )
 
 
 @app.command()
@@ -235,7 +265,7 @@ def confirm(subject: str, memory_id: str, as_json: JsonOpt = False) -> None:
     with services() as svc:
         r = svc.ledger.confirm(svc.principal(), subject, memory_id)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: f"memory {memory_id} confirmed at {_where(r)}")
+    emit(as_json, _result(r), lambda: r.repeat or f"memory {memory_id} confirmed at {_where(r)}")
 
 
 @app.command("revoke-consent")
@@ -259,7 +289,7 @@ def revoke_consent(
     with services() as svc:
         r = svc.ledger.revoke_consent(svc.principal(), cmd)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: f"consent revoked: {_memories(len(r.affected))} now revoked")
+    emit(as_json, _result(r), lambda: r.repeat or f"consent revoked: {_memories(len(r.affected))} now revoked")
 
 
 @app.command()
@@ -268,7 +298,7 @@ def redact(subject: str, memory_id: str, replacement: str, as_json: JsonOpt = Fa
     with services() as svc:
         r = svc.ledger.redact(svc.principal(), subject, RedactMemory(memory_id=memory_id, replacement=replacement))
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: f"memory {memory_id} redacted at {_where(r)}")
+    emit(as_json, _result(r), lambda: f"memory {memory_id} redacted at {_where(r)}{_screened(r)}")
 
 
 def erase_target(arguments: Sequence[str], subject_opt: str | None) -> tuple[str, tuple[str, ...]]:
@@ -306,10 +336,18 @@ def erase(
     ] = None,
     reason: Annotated[str, typer.Option(help="why (recorded in the request)")] = "erasure requested by the subject",
     legal_basis: str = "gdpr-art-17",
+    with_history: Annotated[
+        bool,
+        typer.Option(
+            "--with-history", help="also erase every earlier version: each memory they superseded, through any chain"
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Erase memories of SUBJECT (and everything derived from them): by id, --all, or
-    --source REF; prints the request id."""
+    --source REF; prints the request id. Without --with-history the earlier versions they
+    superseded stay: those still holding content are listed, and one whose replacement
+    was live is live again, awaiting confirmation."""
     who, ids = erase_target(arguments or (), subject_opt)
     cmd = EraseMemories(
         subject_id=who,
@@ -318,18 +356,29 @@ def erase(
         source_ref=source,
         reason=reason,
         legal_basis=legal_basis,
+        with_history=with_history,
     )
     with services() as svc:
         r = svc.ledger.erase(svc.principal(), cmd)
         project_if_embedded(svc)
-    emit(
-        as_json,
-        _result(r),
-        lambda: (
-            f"erasure {r.request_id}: {_memories(len(r.affected))}, keys destroyed;"
-            f" trace it with: memledger trace {r.request_id}"
-        ),
-    )
+    emit(as_json, _result(r), lambda: _describe_erasure(r, who))
+
+
+def _describe_erasure(r: CommandResult, subject: str) -> str:
+    """The request, then what became of the earlier versions of the erased memories."""
+    lines = [
+        f"erasure {r.request_id}: {_memories(len(r.affected))}, keys destroyed;"
+        f" trace it with: memledger trace {r.request_id}"
+    ]
+    for mid in r.reinstated:
+        lines.append(f"memory {mid}: its replacement was erased; it needs confirmation again (memledger confirm)")
+    if r.earlier_versions:
+        ids = " ".join(r.earlier_versions)
+        lines.append(
+            f"{counted(len(r.earlier_versions), 'earlier version')} still holding content: {ids}"
+            f" (to erase: memledger erase --subject {subject} {ids})"
+        )
+    return "\n".join(lines)
 
 
 SWEEP_FUTURE_TOLERANCE = timedelta(minutes=5)

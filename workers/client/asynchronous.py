@@ -112,13 +112,12 @@ class AsyncLedgerClient:
         whole_subject: bool = False,
         source: str | None = None,
         reason: str = "erasure requested by the subject",
+        with_history: bool = False,
     ) -> wire.CommandAck:
-        """Erase memories by id, by ``source``, or the ``whole_subject``; the answer's ``request_id`` traces it."""
+        """Erase memories by id, by ``source``, or the ``whole_subject`` (``with_history``: and every
+        earlier version they superseded); the answer's ``request_id`` traces it."""
         return await self._send(
-            calls.erase(
-                subject_id,
-                wire.Erase(memory_ids=list(memory_ids), whole_subject=whole_subject, source=source, reason=reason),
-            )
+            calls.erase(subject_id, calls.erasure(memory_ids, whole_subject, source, reason, with_history))
         )
 
     async def memory_tool(

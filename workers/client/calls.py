@@ -85,6 +85,19 @@ def erase(subject_id: str, change: wire.Erase) -> Call[wire.CommandAck]:
     return _command(f"/v1/subjects/{_p(subject_id)}/erasures", change, wire.CommandAck)
 
 
+def erasure(
+    memory_ids: Sequence[str], whole_subject: bool, source: str | None, reason: str, with_history: bool
+) -> wire.Erase:
+    """The erasure request of the client's ``erase`` (its sync and async halves)."""
+    return wire.Erase(
+        memory_ids=list(memory_ids),
+        whole_subject=whole_subject,
+        source=source,
+        reason=reason,
+        with_history=with_history,
+    )
+
+
 def memory_tool(subject_id: str, command: wire.MemoryCommand) -> Call[wire.MemoryToolResult]:
     path = f"/v1/subjects/{_p(subject_id)}/memory-tool"
     if isinstance(command, wire.MemoryView):  # a read: nothing to make idempotent

@@ -116,6 +116,7 @@ def erase_command(subject_id: str, req: wire.Erase) -> EraseMemories:
         source_ref=req.source,
         reason=req.reason,
         legal_basis=req.legal_basis,
+        with_history=req.with_history,
     )
 
 

@@ -9,8 +9,9 @@ key and another fingerprint (another method, path or body) is refused, naming th
 header (422, as the IETF draft "The Idempotency-Key HTTP Header Field",
 draft-ietf-httpapi-idempotency-key-header, answers a reused key with another payload).
 A process killed between the ledger's commit and this row's commit (the client
-got no answer) runs the command again on a retry: for a write the ledger's own rule
-makes the same statement a reinforcement, not a second memory.
+got no answer) runs the command again on a retry: for a write the ledger's own rules
+make it a no-op answering the first attempt's memory when it names a turn or tool call id
+(``ledger.admission``), else a reinforcement of the same statement, not a second memory.
 """
 
 from __future__ import annotations

@@ -709,12 +709,18 @@ def _event_refs(exc: AcknowledgementLostError) -> list[wire.EventRef]:
 
 def ack(r: CommandResult) -> wire.CommandAck:
     """The wire form of a ledger command's result."""
+    screening = r.screening
     return wire.CommandAck(
         memory_id=r.memory_id,
         request_id=r.request_id,
         affected=list(r.affected),
         events=[wire.EventRef(event_id=e.event_id, type=e.type) for e in r.events],
         positions=[wire.LogPosition(partition=p.partition, offset=p.offset) for p in r.positions],
+        repeat=r.repeat,
+        first_event_ids=list(r.first_event_ids),
+        screening=None if screening is None else wire.ScreeningOut.model_validate(screening.model_dump(mode="json")),
+        reinstated=list(r.reinstated),
+        earlier_versions=list(r.earlier_versions),
     )
 
 

@@ -146,15 +146,21 @@ def build_tools(backend_of: BackendOf) -> list[Tool]:
         source: Annotated[str | None, Field(description="or: a turn, tool call or source they came from")] = None,
         reason: Annotated[str, Field(min_length=1, max_length=512)] = "erasure requested by the subject",
         confirm: Annotated[bool, Field(description="must be true: the erasure cannot be undone")] = False,
+        with_history: Annotated[
+            bool, Field(description="also erase every earlier version they superseded, through any chain")
+        ] = False,
     ) -> wire.CommandAck:
         """Erase memories of the subject, and everything derived from them, for good:
         their keys are destroyed, no replay brings them back. Needs the erase scope and
-        confirm=true; returns the erasure's request_id, which trace follows store by store."""
+        confirm=true; returns the erasure's request_id, which trace follows store by store.
+        Without with_history an earlier version whose replacement is erased awaits
+        confirmation again (listed in reinstated); those still holding content are listed
+        in earlier_versions."""
         if not confirm:
             raise InvalidRequestError(
                 "confirm", "must be true: forget erases the memories and what was derived from them, irreversibly"
             )
-        req = wire.Erase(memory_ids=memory_ids or [], source=source, reason=reason)
+        req = wire.Erase(memory_ids=memory_ids or [], source=source, reason=reason, with_history=with_history)
         return backend_of(ctx, "forget").erase(subject_id, req)
 
     def trace(

@@ -9,6 +9,12 @@ as a conflict until the subject confirms one; a restatement reinforces the memor
 repeats instead of creating a duplicate; a purpose or scope mismatch returns nothing;
 recall as of a past instant returns what was current then, and never what was erased,
 revoked or redacted since.
+
+And the rules of the write boundary and of erasure (issue 13): a secret is refused and
+never recalled; personal data raises a memory to its class, whose consent rule then
+applies; a client's retry of a write changes nothing while a restatement in another turn
+still reinforces; an earlier version whose replacement is erased awaits confirmation, and
+an erasure with its history leaves no version to recall.
 """
 
 from __future__ import annotations
@@ -478,6 +484,143 @@ SCENARIOS: tuple[Scenario, ...] = (
                 "how should the code be formatted",
                 purpose="customer_support",
                 out_of_scope=("spaces", "types"),
+                expect_empty=True,
+            ),
+        ),
+    ),
+    Scenario(
+        name="secret-refused",
+        description="a memory holding a credential is refused and nothing of it is ever recalled",
+        positive=False,
+        steps=(
+            Write("stack", "Deploys the billing service with Terraform on AWS", key="deploy_tool", confirmed=True),
+            Write(
+                "aws-key",
+                "The AWS access key for the deploy examples is AKIAIOSFODNN7EXAMPLE",
+                key="deploy_credentials",
+                refused="content",
+            ),
+            Write(
+                "dsn",
+                "Use postgres://deploy:Sup3rS3cretPw@db.internal:5432/billing in the examples",
+                key="database_url",
+                refused="content",
+            ),
+            RecallCheck(
+                "the deploy examples: the tooling only, no credential",
+                "which AWS access key and database should the deploy examples use",
+                relevant=("stack",),
+            ),
+        ),
+    ),
+    Scenario(
+        name="personal-data-raised",
+        description="text holding an email address or phone number is kept as personal, under that class's rules",
+        steps=(
+            Write(
+                "contact",
+                "Send the review notes to alex.moreau@example.com, or call +44 20 7946 0958",
+                key="review_contact",
+                sensitivity="public",
+                consent_ref="consent-contact-1",
+                confirmed=True,
+            ),
+            Write(
+                "no-consent",
+                "Alex's personal number is +1 415 555 2671",
+                key="phone",
+                refused="provenance.consent_ref",
+            ),
+            RecallCheck(
+                "the contact is recalled, as personal data",
+                "where should the review notes go",
+                relevant=("contact",),
+                min_sensitivity=(("contact", "personal"),),
+            ),
+        ),
+    ),
+    Scenario(
+        name="retried-write",
+        description="a client's retry of a write changes nothing; the same statement in another turn reinforces it",
+        steps=(
+            Write(
+                "tabs",
+                "Indents code samples with four spaces, never tabs",
+                key="indentation",
+                veracity="tool",
+                turn="turn-7",
+            ),
+            Write(
+                "tabs-retry",
+                "Indents code samples with four spaces, never tabs",
+                key="indentation",
+                veracity="tool",
+                turn="turn-7",
+                retry_of="tabs",
+            ),
+            Write(
+                "tabs-retry-2",
+                "Indents code samples with four spaces, never tabs",
+                key="indentation",
+                veracity="tool",
+                turn="turn-7",
+                retry_of="tabs",
+            ),
+            RecallCheck(
+                "after two retries: the first confidence",
+                "how should code samples be indented",
+                relevant=("tabs",),
+                max_confidence=(("tabs", 0.5),),
+            ),
+            Write(
+                "tabs-again",
+                "Indents code samples with four spaces, never tabs",
+                key="indentation",
+                veracity="tool",
+                turn="turn-12",
+                same_as="tabs",
+            ),
+            RecallCheck(
+                "restated in another turn: reinforced",
+                "how should code samples be indented",
+                relevant=("tabs",),
+                min_confidence=(("tabs", 0.5),),
+            ),
+        ),
+    ),
+    Scenario(
+        name="erased-replacement",
+        description="an earlier version whose replacement is erased awaits confirmation; --with-history leaves none",
+        positive=False,
+        steps=(
+            Write("bullets", "Prefers release notes as bullet lists", key="release_notes", confirmed=True),
+            Write("prose", "Now prefers release notes as short prose paragraphs", key="release_notes", confirmed=True),
+            Erase(("prose",)),
+            RecallCheck(
+                "after erasing the replacement: the earlier version is not taken as current",
+                "how should release notes be written",
+                stale=("bullets", "prose"),
+            ),
+            RecallCheck(
+                "it is there, awaiting confirmation, when unconfirmed memories are asked for",
+                "how should release notes be written",
+                include_unconfirmed=True,
+                flagged=("bullets",),
+                stale=("prose",),
+            ),
+            Confirm("bullets"),
+            RecallCheck(
+                "confirmed again: current",
+                "how should release notes be written",
+                relevant=("bullets",),
+            ),
+            Write("table", "Now prefers release notes as a table of changes", key="release_notes", confirmed=True),
+            Erase(("table",), with_history=True),
+            RecallCheck(
+                "erased with its history: no version is left",
+                "how should release notes be written",
+                include_unconfirmed=True,
+                stale=("bullets", "prose", "table"),
                 expect_empty=True,
             ),
         ),

@@ -29,7 +29,12 @@ class Write:
     ``same_as``: this is a restatement of that label's memory, so the ledger must answer
     with that memory's id and create nothing new (otherwise a *duplicate* is counted).
     ``distinct_from``: the ledger must create a new memory, not answer with that label's
-    id (for example when that memory is no longer live).
+    id (for example when that memory is no longer live). ``turn``: the turn id the write
+    names (default ``<scenario>/<label>``, a turn of its own). ``retry_of``: this is a
+    client's retry of that label's write (same turn, same fields), so the ledger must
+    answer with that memory's id and append nothing (otherwise a *duplicate* is counted).
+    ``refused``: the ledger must refuse the write with an error naming this field, and
+    append nothing.
     """
 
     label: str
@@ -49,6 +54,9 @@ class Write:
     derived_from: tuple[str, ...] = ()
     same_as: str | None = None
     distinct_from: str | None = None
+    turn: str | None = None
+    retry_of: str | None = None
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,9 +84,11 @@ class Revoke:
 
 @dataclass(frozen=True)
 class Erase:
-    """Erase the memories labelled ``labels`` (and what was derived from them)."""
+    """Erase the memories labelled ``labels`` (and what was derived from them; with
+    ``with_history``, every earlier version they superseded too)."""
 
     labels: tuple[str, ...]
+    with_history: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,10 +137,12 @@ class RecallCheck:
     ``out_of_scope``: labels that must not be in it because they belong to another
     purpose or scope. ``expect_empty``: the result must have no item at all.
     ``min_confidence``: (label, value) pairs; the recalled item's confidence must be
-    strictly above the value. ``as_of``: the name of a :class:`Mark`; recall what was
-    current then (``stale`` then means: not current at that instant, expiry judged then).
-    ``forbidden_text``: strings no recalled text may contain (text erased, revoked or
-    redacted since).
+    strictly above the value; ``max_confidence``: at most the value.
+    ``min_sensitivity``: (label, class) pairs; the recalled item's sensitivity must be at
+    least that class (``public`` < ``internal`` < ``personal`` < ``restricted``).
+    ``as_of``: the name of a :class:`Mark`; recall what was current then (``stale`` then
+    means: not current at that instant, expiry judged then). ``forbidden_text``: strings
+    no recalled text may contain (text erased, revoked or redacted since).
     """
 
     what: str
@@ -144,6 +156,8 @@ class RecallCheck:
     out_of_scope: tuple[str, ...] = ()
     expect_empty: bool = False
     min_confidence: tuple[tuple[str, float], ...] = ()
+    max_confidence: tuple[tuple[str, float], ...] = ()
+    min_sensitivity: tuple[tuple[str, str], ...] = ()
     k: int = 10
     as_of: str | None = None
     forbidden_text: tuple[str, ...] = ()

@@ -43,6 +43,8 @@ from contracts import (
     SummaryDerived,
     utc_now,
 )
+from ledger.admission import SENSITIVITY_ORDER
+from ledger.errors import InvalidCommandError
 from ledger.service import CommandResult
 from projections.conflicts import list_conflicts
 from projections.facts import STABLE, FactsTables
@@ -201,6 +203,7 @@ class _Seen:
     needs_confirmation: bool
     confidence: float
     expires_at: str | None
+    sensitivity: str
 
 
 def _seen(item: Any) -> _Seen:
@@ -218,6 +221,7 @@ def _seen(item: Any) -> _Seen:
         needs_confirmation=bool(get("needs_confirmation", False)),
         confidence=float(get("confidence", 0.0) or 0.0),
         expires_at=get("expires_at", None),
+        sensitivity=str(get("sensitivity", "")),
     )
 
 
@@ -294,7 +298,9 @@ class _Run:
     def step(self, step: object) -> None:
         principal = self.svc.principal()
         ledger = self.svc.ledger
-        if isinstance(step, Write):
+        if isinstance(step, Write) and step.refused is not None:
+            self._refused(step)
+        elif isinstance(step, Write):
             result = ledger.write(principal, self._command(step))
             self._written(step, result)
         elif isinstance(step, Supersede):
@@ -310,6 +316,7 @@ class _Run:
                 subject_id=self.subject,
                 memory_ids=tuple(self._id(label) for label in step.labels),
                 reason="scenario suite",
+                with_history=step.with_history,
             )
             self._derived(ledger.erase(principal, cmd_e))
         elif isinstance(step, Redact):
@@ -368,7 +375,7 @@ class _Run:
                 "provenance": {
                     "writer": "memledger.scenarios",
                     "written_at": now,
-                    "turn_id": f"{self.report.name}/{w.label}",
+                    "turn_id": w.turn or f"{self.report.name}/{w.label}",
                     "consent_ref": w.consent_ref,
                     "source_ref": w.source_ref,
                     "derived_from": tuple(self._id(label) for label in w.derived_from),
@@ -379,9 +386,28 @@ class _Run:
             }
         )
 
+    def _refused(self, w: Write) -> None:
+        """A write the ledger must refuse, naming ``w.refused``, appending nothing."""
+        before = self.svc.log.end_offsets()
+        try:
+            result = self.svc.ledger.write(self.svc.principal(), self._command(w))
+        except InvalidCommandError as exc:
+            if exc.field != w.refused:
+                self.report.failures.append(f"write {w.label!r} refused naming {exc.field!r}, not {w.refused!r}")
+        else:
+            self.report.failures.append(f"write {w.label!r} was admitted as memory {result.memory_id}")
+        if self.svc.log.end_offsets() != before:
+            self.report.failures.append(f"refused write {w.label!r} appended to the log")
+
     def _written(self, w: Write, result: CommandResult) -> None:
         if result.memory_id is None:
             raise ScenarioFailedError(f"write {w.label!r}: the ledger returned no memory id")
+        if w.retry_of is not None and (result.memory_id != self.ids.get(w.retry_of) or result.events):
+            self.report.duplicates += 1
+            self.report.failures.append(
+                f"retry {w.label!r} of {w.retry_of!r} appended {len(result.events)} event(s) and answered with"
+                f" memory {result.memory_id} instead of nothing and {self.ids.get(w.retry_of)}"
+            )
         if w.same_as is not None and result.memory_id != self.ids.get(w.same_as):
             self.report.duplicates += 1
             self.report.failures.append(
@@ -518,6 +544,14 @@ class _Run:
             s_conf = everything.get(self.ids.get(label, ""))
             if s_conf is not None and not s_conf.confidence > floor:
                 rep.failures.append(f"{label}: confidence {s_conf.confidence} not above {floor}")
+        for label, ceiling in check.max_confidence:
+            s_conf = everything.get(self.ids.get(label, ""))
+            if s_conf is not None and s_conf.confidence > ceiling:
+                rep.failures.append(f"{label}: confidence {s_conf.confidence} above {ceiling}")
+        for label, least in check.min_sensitivity:
+            s_cls = everything.get(self.ids.get(label, ""))
+            if s_cls is not None and SENSITIVITY_ORDER.index(s_cls.sensitivity) < SENSITIVITY_ORDER.index(least):
+                rep.failures.append(f"{label}: sensitivity {s_cls.sensitivity}, not at least {least}")
         return rep
 
     def _two_current_answers(self) -> None:

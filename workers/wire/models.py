@@ -124,13 +124,15 @@ class RevokeConsent(Request):
 class Erase(Request):
     """Erase memories of the URL's subject, and everything derived from them: exactly one
     of ``memory_ids``, ``whole_subject`` or ``source`` (a turn id, tool call id or
-    source reference their provenance names)."""
+    source reference their provenance names). ``with_history``: also every earlier
+    version they superseded, directly or through a chain."""
 
     memory_ids: list[str] = Field(default_factory=list, max_length=1000)
     whole_subject: bool = False
     source: str | None = Field(default=None, min_length=1, max_length=512)
     reason: str = Field(default="erasure requested by the subject", min_length=1, max_length=512)
     legal_basis: str = Field(default="gdpr-art-17", min_length=1, max_length=512)
+    with_history: bool = False
 
 
 class LogPosition(BaseModel):
@@ -180,13 +182,42 @@ class EventRef(Response):
     type: str
 
 
+class ScreeningFindingOut(Response):
+    """One kind of secret or personal data screening found in a memory's text: ``kind``
+    (``aws_access_key``, ``email_address``, ...), ``category`` (``secret``,
+    ``personal``), ``action`` (``replaced``, ``raised``, ``kept``) and ``count``. Never
+    the value."""
+
+    kind: str
+    category: str
+    action: str
+    count: int
+
+
+class ScreeningOut(Response):
+    """What screening decided for the text a command recorded: the ``policy`` that
+    decided, its ``findings``, and ``raised_from``, the class the request gave when
+    screening raised it."""
+
+    policy: str
+    findings: list[ScreeningFindingOut] = Field(default_factory=list)
+    raised_from: str | None = None
+
+
 class CommandAck(Response):
     """An accepted command: its events, where the log put them (their order), and what it
     ended in (``memory_id`` of a write, ``request_id`` of an erasure, the memories a
     revocation or erasure reached in ``affected``). The log has every event listed, unless
     ``pending``: the command is recorded (its state changed, its events wait in the
     ledger's outbox) but the log's acknowledgement was lost; the relay publishes the
-    events, ``positions`` is empty, and the command must not be sent again."""
+    events, ``positions`` is empty, and the command must not be sent again.
+
+    ``repeat``: why the command changed nothing (no events): a retried write (same turn
+    or tool call id and same fields; ``memory_id`` and ``first_event_ids`` are its first
+    attempt's), a confirmation of a confirmed memory, a withdrawal already made.
+    ``screening``: what screening decided for the text written or redacted. An erasure's
+    ``reinstated`` are the earlier versions made ``needs_confirmation`` again because
+    their replacement was erased, ``earlier_versions`` those still holding content."""
 
     memory_id: str | None = None
     request_id: str | None = None
@@ -194,6 +225,11 @@ class CommandAck(Response):
     events: list[EventRef]
     positions: list[LogPosition]
     pending: bool = False
+    repeat: str | None = None
+    first_event_ids: list[str] = Field(default_factory=list)
+    screening: ScreeningOut | None = None
+    reinstated: list[str] = Field(default_factory=list)
+    earlier_versions: list[str] = Field(default_factory=list)
 
 
 class BatchAck(Response):
@@ -345,9 +381,22 @@ class StoreTraceOut(Response):
     removed_at: str | None = None
 
 
+class EarlierVersionOut(Response):
+    """An earlier version of an erased memory that the request did not erase: its status
+    now, whether it still holds content, and whether the request reinstated it."""
+
+    memory_id: str
+    status: str
+    holds_content: bool
+    reinstated: bool
+
+
 class TraceOut(Response):
     """Where an erasure request was applied, store by store, with live probes, and the
-    verdict (``complete``, ``pending``, ``failed``)."""
+    verdict (``complete``, ``pending``, ``failed``). ``with_history``: the request erased
+    the earlier versions too; ``earlier_versions``: those it left; ``disk``: residue on
+    disk (``applied``: compacted at ``applied_at``; ``reported``: until ``memledger
+    compact``), reported beside the stores, not judged by the verdict."""
 
     request_id: str
     subject_id: str
@@ -363,6 +412,9 @@ class TraceOut(Response):
     verdict: str
     source_ref: str | None = None
     fingerprints: int = 0
+    with_history: bool = False
+    earlier_versions: list[EarlierVersionOut] = Field(default_factory=list)
+    disk: StoreTraceOut | None = None
 
 
 class ErasureSummaryOut(Response):

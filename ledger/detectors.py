@@ -1,0 +1,256 @@
+"""The detectors of screening (``ledger.screening``): a ``Screener`` finds secrets and
+personal data in a text under a screening policy and decides, without I/O, what to do.
+
+Secrets are found with detect-secrets' plugins, called directly (no detect-secrets
+settings, filters, logging or verification requests are involved); email addresses are
+candidates checked with email-validator; phone numbers are those libphonenumber's matcher
+finds at its ``VALID`` leniency; payment card numbers are 13 to 19 digits whose first digit
+is a card issuer's major industry identifier (ISO/IEC 7812-1: 2 to 6) and that pass the
+Luhn check of python-stdnum; IBANs pass python-stdnum's ISO 13616 mod-97 check. This
+module imports those libraries: the ledger builds its ``Screener`` at its first write.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import Literal
+
+import phonenumbers
+from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+from detect_secrets.filters import heuristic
+from detect_secrets.plugins import keyword
+from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
+from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from email_validator import EmailNotValidError, validate_email
+from stdnum import iban, luhn
+
+from contracts import MemoryWrite, Screening, ScreeningFinding
+from contracts.types import Sensitivity
+from ledger.admission import SENSITIVITY_ORDER
+from ledger.errors import PolicyError
+from ledger.screening import Screened, ScreeningPolicy, SecretFoundError, kind_of
+
+_KEYWORDS = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
+_PHONE_DIGITS = re.compile(r"\d(?:[\s().-]*\d){5}")
+"""Six digits, maybe separated: no phone number of a supported region is shorter (a
+cheap test before libphonenumber's matcher, which is slow)."""
+_LETTER = re.compile(r"[^\W\d_]")
+_DIGIT = re.compile(r"\d")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]+-----")
+_DELIMITERS = " \t\r\n:/@'\"=,;"
+_EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)+")
+_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+_ISSUER_MII = frozenset("23456")
+"""First digits (major industry identifiers, ISO/IEC 7812-1) of payment card issuers:
+2 and 5 Mastercard, 3 travel and entertainment (American Express, JCB, Diners), 4 Visa,
+6 Discover, UnionPay, Maestro."""
+
+
+class Screener:
+    """Screens texts under one policy. Builds the detect-secrets plugins once; safe to
+    share between threads (the plugins keep no state between calls)."""
+
+    def __init__(self, policy: ScreeningPolicy) -> None:
+        """Build the detectors of ``policy``.
+
+        Raises:
+            PolicyError: ``secrets.detectors`` names no detect-secrets plugin, or
+                ``personal.phone_regions`` no region libphonenumber knows.
+        """
+        self.policy = policy
+        by_name = _plugin_classes()
+        _all_known("secrets.detectors", policy.secrets.detectors, set(by_name), "detect-secrets plugin")
+        regions = phonenumbers.SUPPORTED_REGIONS
+        _all_known("personal.phone_regions", policy.personal.phone_regions, regions, "region")
+        self._plugins: list[BasePlugin] = [by_name[name]() for name in policy.secrets.detectors]
+
+    def screen(self, cmd: MemoryWrite) -> tuple[MemoryWrite, Screening]:
+        """``cmd`` as it is admitted (content with secrets replaced, sensitivity raised)
+        and the screening decision.
+
+        Raises:
+            SecretFoundError: field ``content``, a secret the policy refuses.
+        """
+        s = self.screen_text(cmd.content, cmd.sensitivity, "content")
+        if (s.content, s.sensitivity) != (cmd.content, cmd.sensitivity):
+            cmd = cmd.model_copy(update={"content": s.content, "sensitivity": s.sensitivity})
+        return cmd, s.screening
+
+    def screen_text(self, text: str, sensitivity: Sensitivity, field: str) -> Screened:
+        """Screen ``text`` of a memory of class ``sensitivity``.
+
+        Raises:
+            SecretFoundError: naming ``field``, a secret the policy refuses.
+        """
+        found: list[tuple[str, str, tuple[int, int]]] = []  # (kind, detect-secrets type, span)
+        for plugin in self._plugins:
+            found += [(kind_of(plugin.secret_type), plugin.secret_type, s) for s in _secret_spans(plugin, text)]
+        rules = self.policy.secrets
+        refused = sorted({(k, name) for k, name, _ in found if rules.actions.get(k, rules.action) == "refuse"})
+        if refused:
+            raise SecretFoundError(field, tuple(k for k, _ in refused), tuple(n for _, n in refused), self.policy.name)
+        findings = [
+            ScreeningFinding(kind=k, category="secret", action="replaced", count=n)
+            for k, n in sorted(Counter(k for k, _, _ in found).items())
+        ]
+        text = _replace(text, [(span, k) for k, _, span in found])
+        personal = Counter(self._personal(text))
+        target = self.policy.personal.raise_to
+        raise_it = bool(personal) and SENSITIVITY_ORDER.index(sensitivity) < SENSITIVITY_ORDER.index(target)
+        action: Literal["raised", "kept"] = "raised" if raise_it else "kept"
+        findings += [
+            ScreeningFinding(kind=k, category="personal", action=action, count=n) for k, n in sorted(personal.items())
+        ]
+        screening = Screening(
+            policy=self.policy.name, findings=tuple(findings), raised_from=sensitivity if raise_it else None
+        )
+        return Screened(text, target if raise_it else sensitivity, screening)
+
+    def _personal(self, text: str) -> Iterator[str]:
+        detectors = self.policy.personal.detectors
+        if "email_address" in detectors:
+            yield from ("email_address" for m in _EMAIL.finditer(text) if _is_email(m.group(0)))
+        if "phone_number" in detectors:
+            yield from ("phone_number" for _ in _phone_spans(text, self.policy.personal.phone_regions))
+        if "payment_card_number" in detectors:
+            yield from ("payment_card_number" for m in _CARD.finditer(text) if _is_card(m.group(0)))
+        if "iban" in detectors:
+            yield from ("iban" for m in _IBAN.finditer(text) if iban.is_valid(m.group(0)))
+
+
+# -- detection ----------------------------------------------------------------------------
+
+
+def _all_known(field: str, given: tuple[str, ...], known: set[str], what: str) -> None:
+    unknown = [g for g in given if g not in known]
+    if unknown:
+        raise PolicyError(f"screening policy: {field}: unknown {what} {', '.join(unknown)}")
+
+
+def _plugin_classes() -> dict[str, type[BasePlugin]]:
+    """detect-secrets' plugin classes by class name (``AWSKeyDetector``, ...)."""
+    classes: list[type[BasePlugin]] = list(get_mapping_from_secret_type_to_class().values())
+    return {c.__name__: c for c in classes}
+
+
+def _secret_spans(plugin: BasePlugin, text: str) -> list[tuple[int, int]]:
+    """Where ``plugin`` finds secrets in ``text``: the plugin decides what is a secret
+    (its own ``analyze_string``, and for high-entropy strings its entropy limit), then the
+    spans are the matches of its patterns that hold a value it reported; values that are
+    sequential, UUIDs, templates or ``$`` references (detect-secrets' heuristic filters)
+    are not secrets. A private key's span runs to its PEM ``END`` line."""
+    values = {v for v in _values(plugin, text) if v and not _filtered(v)}
+    if not values:
+        return []
+    spans: list[tuple[int, int]] = []
+    if isinstance(plugin, RegexBasedDetector):
+        for regex in plugin.denylist:
+            spans += [_trim(text, m.span()) for m in regex.finditer(text) if any(v in m.group(0) for v in values)]
+    else:
+        spans += [(m.start(), m.end()) for v in values for m in re.finditer(re.escape(v), text)]
+    if isinstance(plugin, PrivateKeyDetector):
+        spans = [_pem_block(text, span) for span in spans]
+    return _merge(spans)
+
+
+def _values(plugin: BasePlugin, text: str) -> Iterator[str]:
+    """The secret values ``plugin`` reports in ``text``. The keyword plugin runs in its
+    default mode (a quoted value: ``password = "..."``) and in its configuration-file mode
+    (``password: ...``, its value running to the end of the line), where in prose only a
+    first word mixing letters and digits counts (``password: hunter2 for now`` reports
+    ``hunter2``; ``password: the one on the note`` and ``secret: the code is 0000`` are
+    sentences, not credentials)."""
+    if isinstance(plugin, keyword.KeywordDetector):
+        if not _KEYWORDS.search(text):  # the plugin's own keywords (its patterns are slow)
+            return
+        yield from plugin.analyze_string(text)
+        unquoted = plugin.analyze_string(text, keyword.CONFIG_DENYLIST_REGEX_TO_GROUP)
+        words = (v.split()[0] for v in unquoted if v.strip())
+        yield from (w for w in words if _LETTER.search(w) and _DIGIT.search(w))
+    elif isinstance(plugin, HighEntropyStringsPlugin):
+        limit = plugin.entropy_limit
+        yield from (v for v in plugin.analyze_string(text) if plugin.calculate_shannon_entropy(v) > limit)
+    else:
+        yield from plugin.analyze_string(text)
+
+
+def _filtered(value: str) -> bool:
+    return (
+        heuristic.is_sequential_string(value)
+        or heuristic.is_potential_uuid(value)
+        or heuristic.is_templated_secret(value)
+        or heuristic.is_prefixed_with_dollar_sign(value)
+    )
+
+
+def _trim(text: str, span: tuple[int, int]) -> tuple[int, int]:
+    """``span`` without delimiters at either end (``://user:pw@`` -> ``user:pw``)."""
+    start, end = span
+    while start < end and text[start] in _DELIMITERS:
+        start += 1
+    while end > start and text[end - 1] in _DELIMITERS:
+        end -= 1
+    return start, end
+
+
+def _pem_block(text: str, span: tuple[int, int]) -> tuple[int, int]:
+    start = text.rfind("-----", 0, span[0])
+    start = span[0] if start < 0 else start
+    end = _PEM_END.search(text, span[1])
+    return start, len(text) if end is None else end.end()
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _replace(text: str, found: list[tuple[tuple[int, int], str]]) -> str:
+    """``text`` with every span replaced by ``[secret: <kind>]``; overlapping spans (of
+    several plugins) are replaced as one, named by the kind found first in it."""
+    joined: list[tuple[int, int, str]] = []
+    for (start, end), kind in sorted(found):
+        if joined and start < joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(end, joined[-1][1]), joined[-1][2])
+        elif end > start:
+            joined.append((start, end, kind))
+    out: list[str] = []
+    last = 0
+    for start, end, kind in joined:
+        out += [text[last:start], f"[secret: {kind}]"]
+        last = end
+    return "".join([*out, text[last:]])
+
+
+def _is_email(candidate: str) -> bool:
+    try:
+        validate_email(candidate, check_deliverability=False)
+    except EmailNotValidError:
+        return False
+    return True
+
+
+def _phone_spans(text: str, regions: tuple[str, ...]) -> set[tuple[int, int]]:
+    """Spans of valid phone numbers: in international format (any region), or in the
+    national format of one of ``regions``."""
+    spans: set[tuple[int, int]] = set()
+    if not _PHONE_DIGITS.search(text):
+        return spans
+    for region in (None, *regions):
+        matcher = phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID)
+        spans.update((m.start, m.end) for m in matcher)
+    return spans
+
+
+def _is_card(candidate: str) -> bool:
+    digits = re.sub(r"[ -]", "", candidate)
+    return 13 <= len(digits) <= 19 and digits[0] in _ISSUER_MII and luhn.is_valid(digits)

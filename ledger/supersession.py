@@ -1,0 +1,113 @@
+"""What an erasure does to the versions a memory superseded.
+
+A memory's earlier versions are the memories it superseded, directly or through a chain
+of supersessions (the head table links each superseded memory to the one that replaced
+it, ``superseded_by``). Erasing a memory leaves them, with their content, unless the
+erasure asks for its history too (``EraseMemories.with_history``). The rule for what
+they become (``reinstatements``):
+
+- an earlier version whose replacement was *live* (``active`` or ``needs_confirmation``)
+  when erased is live again as ``needs_confirmation`` (``MemoryReinstated``, reason
+  ``replacement_erased``): the slot keeps a claim, but only the subject can say that the
+  old value is true again; it is recalled only with unconfirmed memories until
+  ``confirm`` makes it ``active``;
+- it is not when its replacement was itself superseded (the slot's answer is the memory
+  that replaced that one), revoked or expired (their slot had no live answer before the
+  erasure either), when it is a summary (it restates sources that had been invalidated),
+  when it holds no content any more (its keys were destroyed) or has passed its
+  ``expires_at``.
+
+The earlier versions that still hold content are recorded with the erasure request, and
+``erase`` and ``trace`` list them, so that nobody believes an attribute forgotten while
+an older value of it is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from contracts import MemorySuperseded, UnknownEventError, decode_event
+from ledger import state
+from ledger.eventlog import EventLog, iter_records
+
+
+@dataclass(frozen=True)
+class Reinstatement:
+    """An earlier version that becomes ``needs_confirmation`` because ``replacement``,
+    the memory that superseded it, is erased."""
+
+    head: state.MemoryHead
+    replacement: str
+
+
+def reinstatements(
+    erased: Mapping[str, state.MemoryHead], predecessors: Sequence[state.MemoryHead], now: datetime
+) -> list[Reinstatement]:
+    """Which of ``predecessors`` (heads whose ``superseded_by`` is among ``erased``, the
+    heads of the memories being erased, as they were before the erasure) are reinstated,
+    by the rule of this module; ``now`` is UTC. No I/O."""
+    out: list[Reinstatement] = []
+    for head in predecessors:
+        replacement = erased.get(head.superseded_by or "")
+        if replacement is None or head.memory_id in erased:
+            continue
+        if replacement.status not in state.ACTIVE_STATUSES:
+            continue  # its replacement was superseded, revoked or expired: the slot's answer is unchanged
+        if head.status != "superseded" or head.kind == "summary" or head.sealed_content is None:
+            continue
+        if head.expires_at is not None and head.expires_at <= now:
+            continue
+        out.append(Reinstatement(head, replacement.memory_id))
+    return out
+
+
+def holding_content(heads: Mapping[str, state.MemoryHead], memory_ids: Sequence[str]) -> list[str]:
+    """The ids among ``memory_ids`` whose heads still hold content (their keys are not
+    destroyed), in the given order."""
+    return [m for m in memory_ids if m in heads and heads[m].sealed_content is not None]
+
+
+LINKS_MARKER = "ledger_schema_supersession_links"
+"""Exists once the head table's ``superseded_by`` links were backfilled from the log."""
+
+
+def backfill_links(conn: psycopg.Connection, log: EventLog) -> int:
+    """Once per ledger (a marker table records it): link the superseded heads of a
+    ledger made before the head table kept ``superseded_by`` to the memory that replaced
+    them, from the ``MemorySuperseded`` events in the log (read whole, partition by
+    partition, only when such heads exist; the last supersession of a memory wins).
+    Runs in its own transaction on ``conn``; returns the heads linked.
+
+    Raises:
+        EventLogError: the log could not be read (nothing is marked: the next start tries again).
+    """
+    if conn.execute("SELECT to_regclass(%s)", (LINKS_MARKER,)).fetchone() != (None,):
+        return 0
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM ledger_memories WHERE status = 'superseded' AND superseded_by IS NULL)"
+    ).fetchone()
+    links: dict[str, str] = {}
+    if row is not None and row[0]:
+        for record in iter_records(log):
+            if b'"MemorySuperseded"' not in record.value:
+                continue
+            try:
+                event = decode_event(record.value)
+            except UnknownEventError:
+                continue  # the projections dead-letter it; it links nothing
+            if isinstance(event, MemorySuperseded):
+                links[event.memory_id] = event.superseded_by
+    with conn.transaction():
+        linked = 0
+        if links:
+            linked = conn.execute(
+                "UPDATE ledger_memories m SET superseded_by = l.by FROM unnest(%s::text[], %s::text[]) AS l(id, by)"
+                " WHERE m.memory_id = l.id AND m.superseded_by IS NULL",
+                (list(links), list(links.values())),
+            ).rowcount
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {LINKS_MARKER} (applied_at timestamptz NOT NULL DEFAULT now())")
+    return linked

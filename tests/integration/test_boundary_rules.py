@@ -1,0 +1,242 @@
+"""The rules of issue 13 on the real stores, with the embedded mode's Postgres event log
+and through Kafka, and again after a replay of every projection: an earlier version
+whose replacement is erased awaits confirmation; an erasure with its history leaves no
+version readable; a retried write, confirmation, withdrawal or supersession changes
+nothing; secrets are refused (or replaced) and personal data raises a memory's class."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts import EraseMemories, MemoryWritten, RevokeConsent, utc_now
+from ledger.detectors import Screener
+from ledger.errors import InvalidCommandError
+from ledger.screening import SecretFoundError, load_screening_policy
+from projections.facts import STABLE
+from projections.trace import EarlierVersion, trace
+from tests.builders import memory_write
+from tests.integration.conftest import local_settings, one, recall_ids
+from tests.integration.distributed import distributed_settings
+from workers.bootstrap import Services, build
+from workers.versioning import rebuild
+
+pytestmark = pytest.mark.integration
+
+PROJECTIONS = ("facts", "vectors", "cache", "summaries")
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+
+@pytest.fixture(params=["postgres-log", "kafka"])
+def svc(
+    request: pytest.FixtureRequest, tmp_path: Path, fresh_dsn: str, redis_url: str, redis_client: Any
+) -> Iterator[Services]:
+    if request.param == "kafka":
+        bootstrap = request.getfixturevalue("kafka_bootstrap")
+        services = build(distributed_settings(tmp_path, bootstrap, fresh_dsn, redis_url))
+        assert services.tombstone_set is not None
+        services.tombstone_set._interval_s = 0.0  # read the topic on every lookup: no timing in the test
+    else:
+        services = build(local_settings(tmp_path / "data", fresh_dsn, redis_url))
+    yield services
+    services.close()
+
+
+def write(svc: Services, content: str, turn: str, **fields: Any) -> str:
+    prov = {"writer": "test-agent", "written_at": utc_now(), "turn_id": turn, **fields.pop("provenance", {})}
+    result = svc.ledger.write(svc.principal(), memory_write(content=content, provenance=prov, **fields))
+    assert result.memory_id
+    return result.memory_id
+
+
+def facts_rows(svc: Services) -> list[tuple[Any, ...]]:
+    """Every row of the serving facts version but the generated ``tsv``, by memory id."""
+    with svc.pool.connection() as conn:
+        rows = conn.execute(f"SELECT * FROM {STABLE.facts} ORDER BY memory_id").fetchall()
+        names = [d.name for d in conn.execute(f"SELECT * FROM {STABLE.facts} LIMIT 0").description or ()]
+    keep = [i for i, n in enumerate(names) if n != "tsv"]
+    return [tuple(r[i] for i in keep) for r in rows]
+
+
+def point_status(svc: Services, memory_id: str) -> str | None:
+    points = svc.stores.route().index.retrieve([memory_id])
+    return None if memory_id not in points else str(points[memory_id].payload["status"])
+
+
+def replay_every_projection(svc: Services) -> None:
+    """Rebuild every projection into a new version from offset 0 and swap to it."""
+    for name in PROJECTIONS:
+        rebuild(svc, name)
+    assert {info.version for info in svc.stores.serving().values()} == {2}
+
+
+def test_an_earlier_version_awaits_confirmation_when_its_replacement_is_erased(svc: Services) -> None:
+    p = svc.principal()
+    old = write(svc, "Sam works at Foo Industries", "turn-1", key="employer")
+    new = write(svc, "Sam now works at Bar Logistics", "turn-2", key="employer")
+    r = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(new,), reason="subject asked"))
+    assert [e.type for e in r.events] == ["ErasureRequested", "MemoryReinstated"]
+    assert (r.affected, r.reinstated, r.earlier_versions) == ((new,), (old,), (old,))
+    svc.catch_up()
+
+    def the_older_version_awaits_confirmation() -> None:
+        assert one(svc, f"SELECT status, superseded_by FROM {STABLE.facts} WHERE memory_id = %s", old) == (
+            "needs_confirmation",
+            None,
+        )
+        assert point_status(svc, old) == "needs_confirmation" and point_status(svc, new) is None
+        assert old not in recall_ids(svc, "where does Sam work")
+        assert old in recall_ids(svc, "where does Sam work", include_unconfirmed=True)
+        report = trace(svc.pool, r.request_id or "", svc.trace_targets())
+        assert report.verdict == "complete", report
+        assert report.earlier_versions == [EarlierVersion(old, "needs_confirmation", True, True)]
+
+    the_older_version_awaits_confirmation()
+    live = facts_rows(svc)
+    replay_every_projection(svc)
+    the_older_version_awaits_confirmation()
+    assert facts_rows(svc) == live  # the replay folds the reinstatement into the same rows
+
+    confirmed = svc.ledger.confirm(p, "alice", old)
+    assert [e.type for e in confirmed.events] == ["MemoryConfirmed"]
+    svc.catch_up()
+    assert old in recall_ids(svc, "where does Sam work")
+    assert one(svc, "SELECT status FROM ledger_memories WHERE memory_id = %s", old) == "active"
+
+
+def test_an_erasure_with_its_history_leaves_no_version_readable(svc: Services) -> None:
+    p = svc.principal()
+    chain = [write(svc, f"Sam's passport number is {n}", f"turn-{i}", key="passport") for i, n in enumerate("XYZ")]
+    keep = write(svc, "Sam prefers aisle seats", "turn-9", key="seat")
+    r = svc.ledger.erase(
+        p, EraseMemories(subject_id="alice", memory_ids=(chain[-1],), reason="subject asked", with_history=True)
+    )
+    assert set(r.affected) == set(chain) and r.reinstated == () and r.earlier_versions == ()
+    svc.catch_up()
+
+    def no_version_is_readable() -> None:
+        assert one(svc, f"SELECT count(*) FROM {STABLE.facts} WHERE memory_id = ANY(%s)", chain) == 0
+        assert one(svc, "SELECT count(*) FROM ledger_memories WHERE memory_id = ANY(%s) AND status = 'erased'", chain)
+        held = "SELECT count(*) FROM memory_keys WHERE split_part(key_id, '/', 1) = ANY(%s) AND wrapped_key IS NOT NULL"
+        assert one(svc, held, chain) == 0
+        assert svc.stores.route().index.retrieve(chain) == {}
+        assert set(recall_ids(svc, "passport number", include_unconfirmed=True)).isdisjoint(chain)
+        assert keep in recall_ids(svc, "aisle seats")
+        report = trace(svc.pool, r.request_id or "", svc.trace_targets())
+        assert report.verdict == "complete" and report.with_history and report.earlier_versions == []
+
+    no_version_is_readable()
+    replay_every_projection(svc)
+    no_version_is_readable()
+
+
+def test_retried_commands_change_nothing_and_another_turn_reinforces(svc: Services) -> None:
+    p = svc.principal()
+
+    def tea(turn: str) -> Any:
+        prov = {"writer": "test-agent", "written_at": utc_now(), "turn_id": turn}
+        return memory_write(content="Sam drinks green tea", veracity="tool", confirmed=False, provenance=prov)
+
+    first = svc.ledger.write(p, tea("turn-3"))
+    ends = svc.log.end_offsets()
+    for _ in range(2):  # the client retries: another written_at, the same turn and fields
+        again = svc.ledger.write(p, tea("turn-3"))
+        assert (again.events, again.memory_id) == ((), first.memory_id) and again.repeat
+        assert again.first_event_ids == tuple(e.event_id for e in first.events)
+    assert svc.log.end_offsets() == ends
+    svc.catch_up()
+    assert one(svc, f"SELECT confidence FROM {STABLE.facts} WHERE memory_id = %s", first.memory_id) == 0.5
+
+    restated = svc.ledger.write(p, tea("turn-4"))
+    assert [e.type for e in restated.events] == ["MemoryReinforced"]
+    assert svc.ledger.write(p, tea("turn-4")).events == ()
+    confirmed = svc.ledger.confirm(p, "alice", first.memory_id)
+    assert [e.type for e in confirmed.events] == ["MemoryConfirmed"]
+    consent = {"consent_ref": "consent-9"}
+    given = write(svc, "Sam reads best with large fonts", "turn-5", provenance=consent, key="fonts")
+    revoked = svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", consent_ref="consent-9"))
+    assert revoked.affected == (given,)
+    replacement = memory_write(
+        content="Sam now drinks black tea",
+        provenance={"writer": "test-agent", "written_at": utc_now(), "turn_id": "turn-6"},
+    )
+    superseded = svc.ledger.supersede(p, first.memory_id, replacement)
+    ends = svc.log.end_offsets()
+    assert svc.ledger.confirm(p, "alice", superseded.memory_id or "").repeat  # written confirmed
+    assert svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", consent_ref="consent-9")).repeat
+    retried = svc.ledger.supersede(p, first.memory_id, replacement.model_copy())
+    assert (retried.events, retried.memory_id) == ((), superseded.memory_id) and retried.repeat
+    assert svc.log.end_offsets() == ends
+    svc.catch_up()
+
+    def confidence_of_two_turns() -> None:
+        row = one(svc, f"SELECT confidence, status FROM {STABLE.facts} WHERE memory_id = %s", first.memory_id)
+        assert row == (0.75, "superseded")  # noisy-OR of two turns, 1 - 0.5 * 0.5; not of four attempts
+        assert one(svc, f"SELECT count(*) FROM {STABLE.facts} WHERE content = 'Sam now drinks black tea'") == 1
+
+    confidence_of_two_turns()
+    live = facts_rows(svc)
+    replay_every_projection(svc)
+    confidence_of_two_turns()
+    assert facts_rows(svc) == live
+
+
+def test_secrets_are_refused_or_replaced_and_personal_data_raises_the_class(
+    svc: Services, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    p = svc.principal()
+    ends = svc.log.end_offsets()
+    with pytest.raises(SecretFoundError) as refused:
+        write(svc, f"The deploy key is {AWS_KEY}", "turn-1")
+    assert (refused.value.field, refused.value.kinds) == ("content", ("aws_access_key",))
+    with pytest.raises(InvalidCommandError) as no_consent:
+        write(svc, "Sam's email is sam.jones@example.com", "turn-2")
+    assert no_consent.value.field == "provenance.consent_ref" and "email address" in no_consent.value.rule
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
+
+    personal = svc.ledger.write(
+        p,
+        memory_write(
+            content="Call Sam on +44 20 7946 0958 or mail sam.jones@example.com",
+            sensitivity="public",
+            provenance={"writer": "test-agent", "written_at": utc_now(), "consent_ref": "consent-1"},
+        ),
+    )
+    event = personal.events[0]
+    assert isinstance(event, MemoryWritten) and event.memory.sensitivity == "personal"
+    screening = event.memory.screening
+    assert screening is not None and screening.raised_from == "public"
+    assert {(f.kind, f.action, f.count) for f in screening.findings} == {
+        ("email_address", "raised", 1),
+        ("phone_number", "raised", 1),
+    }
+    expires_at = event.memory.retention.expires_at
+    assert expires_at is not None and expires_at <= utc_now() + timedelta(days=180)  # the personal class's limit
+
+    policy = load_screening_policy()
+    svc.ledger.screener = Screener(
+        policy.model_copy(update={"secrets": policy.secrets.model_copy(update={"action": "replace"})})
+    )
+    replaced = write(svc, "Connect with postgres://deploy:Sup3rS3cretPw@db.internal:5432/app", "turn-3")
+    svc.catch_up()
+
+    def screened_in_every_store() -> None:
+        assert (
+            one(svc, f"SELECT sensitivity FROM {STABLE.facts} WHERE memory_id = %s", personal.memory_id) == "personal"
+        )
+        content = one(svc, f"SELECT content FROM {STABLE.facts} WHERE memory_id = %s", replaced)
+        assert content == "Connect with postgres://[secret: basic_auth_credentials]@db.internal:5432/app"
+        assert one(svc, f"SELECT count(*) FROM {STABLE.facts} WHERE content LIKE '%%Sup3rS3cretPw%%'") == 0
+
+    screened_in_every_store()
+    replay_every_projection(svc)
+    screened_in_every_store()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert AWS_KEY not in logged and "Sup3rS3cretPw" not in logged

@@ -1,0 +1,203 @@
+"""Screening at the write boundary (no I/O): each detector finds its kind, ordinary text
+passes untouched, secrets are refused or replaced whole, personal data raises the class
+(and a redaction may not), the policy file is checked, and no value found ever reaches
+an error, a record or a log line."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from contracts import utc_now
+from ledger.detectors import Screener
+from ledger.errors import InvalidCommandError, PolicyError
+from ledger.policy import load_policy
+from ledger.screening import (
+    ScreeningPolicy,
+    SecretFoundError,
+    admit_write,
+    kind_of,
+    load_screening_policy,
+    screen_redaction,
+)
+from tests.builders import memory_write
+
+POLICY = load_screening_policy()
+SCREENER = Screener(POLICY)
+REPLACING = Screener(POLICY.model_copy(update={"secrets": POLICY.secrets.model_copy(update={"action": "replace"})}))
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY\n-----END RSA PRIVATE KEY-----"
+
+SECRETS = [
+    ("my aws key is AKIAIOSFODNN7EXAMPLE", "aws_access_key", "AKIAIOSFODNN7EXAMPLE"),
+    ("CI uses 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", "github_token", "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"),
+    ("postgres://admin:s3cr3tPassw0rd@db.example.com/app", "basic_auth_credentials", "s3cr3tPassw0rd"),
+    (f"the deploy key:\n{PEM}\nkeep it safe", "private_key", "MIIEowIBAAKCAQEAx4UbaDzY"),
+    ("password = hunter2isgreat", "secret_keyword", "hunter2isgreat"),
+    ("db password: hunter2isgreat until Friday", "secret_keyword", "hunter2isgreat"),
+    ('api_key = "abcd1234efgh5678"', "secret_keyword", "abcd1234efgh5678"),
+    ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "stripe_access_key", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    (
+        "slack xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+        "slack_token",
+        "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    ),
+]
+
+PERSONAL = [
+    ("write to sam.jones@example.com", "email_address"),
+    ("call +49 30 901820 after six", "phone_number"),
+    ("her mobile is (415) 555-2671", "phone_number"),
+    ("card 4111 1111 1111 1111, exp 12/29", "payment_card_number"),
+    ("pay to DE89 3704 0044 0532 0130 00", "iban"),
+]
+
+ORDINARY = [
+    "Alice prefers short answers",
+    "Alice's badge number is 90210 and her desk is 4F-17",
+    "The meeting moved to 10:30 on 2026-01-05",
+    "Order 1234567890123 shipped in version 1.2.3.4",
+    "Her password policy: rotate every 90 days",
+    "password: the one on the sticky note",
+    "Their secret: the launch code is 0000",
+    "Memory 0190a5a0-0000-7000-8000-000000000000 was superseded",
+    "Card ending 4242, IBAN not given, email me later",
+    "Uses a secret santa list and a private key ring for the office",
+]
+
+
+@pytest.mark.parametrize(("text", "kind", "value"), SECRETS, ids=[k for _, k, _ in SECRETS])
+def test_a_secret_is_refused_naming_its_kind_and_never_its_value(text: str, kind: str, value: str) -> None:
+    with pytest.raises(SecretFoundError) as info:
+        SCREENER.screen_text(text, "internal", "content")
+    assert info.value.field == "content" and info.value.kinds == (kind,)
+    assert value not in str(info.value) and value not in repr(info.value.kinds)
+
+
+@pytest.mark.parametrize(("text", "kind", "value"), SECRETS, ids=[k for _, k, _ in SECRETS])
+def test_a_replaced_secret_is_gone_whole_and_recorded_by_kind(text: str, kind: str, value: str) -> None:
+    screened = REPLACING.screen_text(text, "internal", "content")
+    assert value not in screened.content and f"[secret: {kind}]" in screened.content
+    assert [(f.kind, f.category, f.action) for f in screened.screening.findings] == [(kind, "secret", "replaced")]
+    assert value not in screened.screening.model_dump_json()
+
+
+def test_a_private_key_is_replaced_up_to_its_end_line_and_the_rest_is_kept() -> None:
+    screened = REPLACING.screen_text(f"the deploy key:\n{PEM}\nkeep it safe", "internal", "content")
+    assert screened.content == "the deploy key:\n[secret: private_key]\nkeep it safe"
+
+
+@pytest.mark.parametrize(("text", "kind"), PERSONAL, ids=[k for _, k in PERSONAL])
+def test_personal_data_raises_the_class_and_is_recorded(text: str, kind: str) -> None:
+    screened = SCREENER.screen_text(text, "public", "content")
+    assert screened.content == text and screened.sensitivity == "personal"
+    assert screened.screening.raised_from == "public"
+    assert [(f.kind, f.category, f.action, f.count) for f in screened.screening.findings] == [
+        (kind, "personal", "raised", 1)
+    ]
+    kept = SCREENER.screen_text(text, "restricted", "content")  # already above: kept, not lowered
+    assert kept.sensitivity == "restricted" and kept.screening.raised_from is None
+    assert [f.action for f in kept.screening.findings] == ["kept"]
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_text_passes_untouched(text: str) -> None:
+    screened = SCREENER.screen_text(text, "internal", "content")
+    assert (screened.content, screened.sensitivity, screened.screening.findings) == (text, "internal", ())
+    assert screened.screening.policy == "default"
+
+
+def test_a_write_raised_to_personal_meets_its_class_rules_and_the_error_says_why() -> None:
+    retention = load_policy()
+    cmd = memory_write(content="Sam's email is sam.jones@example.com", sensitivity="internal")
+    with pytest.raises(InvalidCommandError) as info:
+        admit_write(retention, SCREENER, cmd, utc_now())
+    assert info.value.field == "provenance.consent_ref"
+    assert "holds personal data (email address), so the memory is personal, not internal" in info.value.rule
+    assert "sam.jones@example.com" not in str(info.value)
+    consented = memory_write(
+        content=cmd.content, provenance={"writer": "w", "written_at": utc_now(), "consent_ref": "c-1"}
+    )
+    admitted = admit_write(retention, SCREENER, consented, utc_now())
+    assert admitted.cmd.sensitivity == "personal" and admitted.original.sensitivity == "internal"
+    expires_at = admitted.cmd.retention.expires_at
+    assert expires_at is not None and expires_at <= utc_now() + timedelta(days=180)
+
+
+def test_a_redaction_may_not_raise_the_class_but_may_keep_it() -> None:
+    with pytest.raises(InvalidCommandError) as info:
+        screen_redaction(SCREENER, "Sam's phone is +49 30 901820", "internal")
+    assert info.value.field == "replacement" and "cannot raise its class" in info.value.rule
+    text, screening = screen_redaction(SCREENER, "Sam's phone is +49 30 901820", "personal")
+    assert text == "Sam's phone is +49 30 901820" and screening.kinds() == ("phone_number",)
+    with pytest.raises(SecretFoundError) as secret:
+        screen_redaction(SCREENER, "token AKIAIOSFODNN7EXAMPLE", "personal")
+    assert secret.value.field == "replacement"
+
+
+def test_per_kind_actions_override_the_default() -> None:
+    rules = POLICY.secrets.model_copy(update={"action": "replace", "actions": {"private_key": "refuse"}})
+    screener = Screener(POLICY.model_copy(update={"secrets": rules}))
+    assert "[secret: aws_access_key]" in screener.screen_text("AKIAIOSFODNN7EXAMPLE", "internal", "content").content
+    with pytest.raises(SecretFoundError):
+        screener.screen_text(PEM, "internal", "content")
+
+
+def test_screening_logs_nothing_of_what_it_finds(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    for text, _, _ in SECRETS:
+        REPLACING.screen_text(text, "internal", "content")
+    for text, _ in PERSONAL:
+        SCREENER.screen_text(text, "public", "content")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert not [v for _, _, v in SECRETS if v in logged]
+    assert "sam.jones@example.com" not in logged and "4111" not in logged
+
+
+def test_kinds_are_the_detect_secrets_types_in_snake_case() -> None:
+    assert kind_of("AWS Access Key") == "aws_access_key"
+    assert kind_of("Basic Auth Credentials") == "basic_auth_credentials"
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ('name = "x"\n[secrets]\ndetectors = ["AWSKeyDetector"]\n[personal]\nphone_regions = ["usa"]\n', "regions"),
+        ('name = "x"\n[secrets]\ndetectors = ["AWSKeyDetector"]\naction = "ignore"\n[personal]\n', "action"),
+        ('name = "x"\n[personal]\n', "secrets"),
+        ("name = ", "not valid TOML"),
+    ],
+)
+def test_a_bad_policy_file_is_refused_naming_the_field(tmp_path: Path, toml: str, expected: str) -> None:
+    path = tmp_path / "screening.toml"
+    path.write_text(toml, encoding="utf-8")
+    with pytest.raises(PolicyError, match=expected):
+        load_screening_policy(path)
+    with pytest.raises(PolicyError, match="cannot read"):
+        load_screening_policy(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ({"secrets": POLICY.secrets.model_copy(update={"detectors": ("NoSuchDetector",)})}, "detect-secrets plugin"),
+        ({"personal": POLICY.personal.model_copy(update={"phone_regions": ("XX",)})}, "phone_regions: unknown region"),
+    ],
+)
+def test_a_policy_naming_an_unknown_detector_or_region_is_refused_when_screening_starts(
+    section: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(PolicyError, match=expected):
+        Screener(POLICY.model_copy(update=section))
+
+
+def test_the_checked_in_policy_refuses_secrets_and_raises_to_personal() -> None:
+    assert isinstance(POLICY, ScreeningPolicy) and POLICY.secrets.action == "refuse"
+    assert POLICY.personal.raise_to == "personal" and set(POLICY.personal.detectors) == {
+        "email_address",
+        "phone_number",
+        "payment_card_number",
+        "iban",
+    }

@@ -1,0 +1,45 @@
+"""What ``memledger compact`` rewrites in this deployment: the ledger's tables that lose
+personal fields and keys, every projection version's Postgres tables, every vectors
+version's collection this process can open, and the Redis cache
+(``projections.compaction`` does the rewriting)."""
+
+from __future__ import annotations
+
+from ledger.state import SHREDDED_TABLES
+from projections import versions
+from projections.compaction import CompactTargets
+from projections.facts import FactsTables
+from projections.summaries import SummariesProjection
+from projections.vector_index import VectorIndex
+from workers.bootstrap import Services
+
+
+def compact_targets(svc: Services, lock_timeout_s: float, vectors_unreachable: str | None = None) -> CompactTargets:
+    """The targets of every projection version that is not retired. A vectors version
+    whose index this process does not own (the vectors worker does) is a skipped step
+    saying so (``vectors_unreachable``: why the index could not be opened here)."""
+    tables: list[str] = list(SHREDDED_TABLES)
+    indexes: list[VectorIndex | tuple[str, str]] = []
+    with svc.pool.connection() as conn:
+        infos = [i for name in versions.NAMES for i in versions.versions(conn, name) if i.state != "retired"]
+    for info in infos:
+        if info.name == "facts":
+            t = FactsTables(info.version)
+            tables += [t.facts, t.history, t.conflicts]
+        elif info.name == "summaries":
+            tables.append(SummariesProjection.table_name(info.version))
+        elif info.name == "vectors":
+            name = versions.collection_name(info.version)
+            if svc.settings.qdrant_url or (vectors_unreachable is None and svc.stores.owns(info.version)):
+                indexes.append(svc.stores.index(info.version))
+            else:
+                why = vectors_unreachable or "owned by the vectors worker"
+                indexes.append((name, f"{why}: stop it and run compact again"))
+    return CompactTargets(
+        tables=tables,
+        indexes=indexes,
+        redis=svc.stores.cache(svc.stores.serving()["cache"].version).client,
+        own_server=svc.settings.mode == "embedded" and svc.settings.postgres_dsn is None,
+        embedded_redis=svc.settings.redis_url is None,
+        lock_timeout_s=lock_timeout_s,
+    )
