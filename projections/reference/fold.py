@@ -26,7 +26,8 @@ offset it removes only the memories it names.
 **Status after an event** (the mark's status): ``MemoryWritten`` ``active``, or
 ``needs_confirmation`` for an inference not confirmed; ``SummaryDerived`` ``active``;
 ``MemorySuperseded`` ``superseded``; ``MemoryConfirmed`` ``active``;
-``ConflictDetected`` ``needs_confirmation``; ``ConsentRevoked`` ``revoked``;
+``ConflictDetected`` ``needs_confirmation``; ``MemoryReinstated``
+``needs_confirmation``; ``ConsentRevoked`` ``revoked``;
 ``RetentionExpired`` ``expired`` (``revoked`` for reason ``consent_grace``);
 ``ErasureRequested`` ``erased``; ``MemoryRedacted`` the status its ``state`` records
 (the memory's when it was redacted; as it was when it records none);
@@ -47,7 +48,9 @@ What each event does (for each memory of the event that passes the revision rule
   unreadable) and ``content_hmac``, and, when the new personal fields open, key, scope
   id and the references; ``MemoryReinforced`` sets ``confidence``;
   ``MemorySuperseded`` the status and ``superseded_by``; ``MemoryConfirmed`` the status
-  and ``confirmed``; ``ConflictDetected`` the status; ``ConsentRevoked`` and
+  and ``confirmed``; ``ConflictDetected`` the status; ``MemoryReinstated`` (not
+  tombstoned) the status, ``superseded_by`` NULL and ``confirmed`` false (the row kept
+  its text while superseded; the event's text is not read here); ``ConsentRevoked`` and
   ``RetentionExpired`` the status and drop content, key, scope id and the references;
   ``ErasureRequested`` deletes the row.
 - history (``facts_history_vN``, one row per memory and revision, every kind): event
@@ -64,7 +67,10 @@ What each event does (for each memory of the event that passes the revision rule
   ``MemoryRedacted`` of a readable memory whose status is ``active`` or
   ``needs_confirmation`` (re)makes the point from the new text and fingerprint (scope id
   from the new personal fields). ``MemoryConfirmed`` and ``ConflictDetected`` set a
-  point's status and revision, ``MemoryReinforced`` its revision. ``MemorySuperseded``,
+  point's status and revision, ``MemoryReinforced`` its revision. ``MemoryReinstated``
+  of a readable memory that is not a summary makes the point again (its replacement's
+  supersession deleted it) from the state, text, fingerprint and personal fields the
+  event carries. ``MemorySuperseded``,
   ``ConsentRevoked``, ``RetentionExpired`` and ``ErasureRequested`` delete it.
 - summaries (one row per stored summary): ``SummaryDerived`` stores the summary when
   neither it nor any of its sources is tombstoned and its text and personal fields open
@@ -72,7 +78,7 @@ What each event does (for each memory of the event that passes the revision rule
   key, class, confidence, veracity, confirmed); with ``replaces`` it deletes the summary
   it regenerates. ``MemorySuperseded``, ``MemoryRedacted``, ``ConsentRevoked``,
   ``RetentionExpired`` and ``ErasureRequested`` of a memory delete that memory's summary
-  row and every summary derived from it.
+  row and every summary derived from it; ``MemoryReinstated`` brings none back.
 - cache: recall results are not folded from events; the store keeps the marks. An event
   newer than a mark of the subject deletes every result of the subject; an erasure
   delivered again deletes the results holding one of its memories, and only those; a
@@ -98,6 +104,7 @@ from contracts import (
     MemoryRedacted,
     MemoryRef,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWritten,
     PersonalFields,
@@ -195,6 +202,8 @@ class ReferenceFold:
             self._summary(event, position)
         elif isinstance(event, MemoryRedacted):
             self._redacted(event, position)
+        elif isinstance(event, MemoryReinstated):
+            self._reinstated(event, position)
         else:
             self._changed(event, fresh, position)
         for r in fresh:
@@ -214,7 +223,7 @@ class ReferenceFold:
             return "active"
         if isinstance(event, MemorySuperseded):
             return "superseded"
-        if isinstance(event, ConflictDetected):
+        if isinstance(event, ConflictDetected | MemoryReinstated):
             return "needs_confirmation"
         if isinstance(event, ConsentRevoked):
             return "revoked"
@@ -301,6 +310,26 @@ class ReferenceFold:
             assert status is not None
             self.points[e.memory_id] = self._point(e.memory_id, e.revision, status, e.content_hmac, text, e)
         self._invalidate([e.memory_id])
+
+    def _reinstated(self, e: MemoryReinstated, position: LogPosition) -> None:
+        self._history(e, position, e.memory_id, e.revision, None, status_changed=True)
+        if self._tombstoned(e.memory_id):
+            return
+        row = self.facts.get(e.memory_id)
+        if row is not None:
+            row.update(
+                status="needs_confirmation",
+                superseded_by=None,
+                confirmed=False,
+                revision=e.revision,
+                updated_at=e.occurred_at,
+            )
+        text = self.readable.text(e.content)
+        personal = None if text is None else self.readable.fields(e.personal)
+        if text is not None and personal is not None and e.state.kind != "summary":
+            self.points[e.memory_id] = self._point(
+                e.memory_id, e.revision, "needs_confirmation", e.content_hmac, text, e
+            )
 
     def _changed(self, e: Event, fresh: Sequence[MemoryRef], position: LogPosition) -> None:
         """Every event but writes, redactions and erasures: status, confidence, points."""
@@ -406,20 +435,20 @@ class ReferenceFold:
         status: str,
         content_hmac: str | None,
         text: str,
-        redaction: MemoryRedacted | None = None,
+        carrier: MemoryRedacted | MemoryReinstated | None = None,
     ) -> ExpectedPoint:
         memory = self._memories.get(memory_id)
-        if memory is not None:
+        if memory is not None and not isinstance(carrier, MemoryReinstated):
             kind, purpose, scope_type = memory.body.kind, memory.body.purpose, memory.body.scope_type
             expires_at, derived_from = memory.body.retention.expires_at, memory.body.provenance.derived_from
             subject_id, scope_id = memory.subject_id, memory.scope_id
-        else:  # a redaction whose write is not in the folded part of the log: its own state
-            assert redaction is not None and redaction.state is not None
-            state = redaction.state
+        else:  # a reinstatement, or a redaction whose write is not in the folded part of the log: its own state
+            assert carrier is not None and carrier.state is not None
+            state = carrier.state
             kind, purpose, scope_type = state.kind, state.purpose, state.scope_type
             expires_at, derived_from = state.expires_at, state.derived_from
-            fields = self.readable.fields(redaction.personal)
-            subject_id, scope_id = redaction.subject_id, None if fields is None else fields.scope_id
+            fields = self.readable.fields(carrier.personal)
+            subject_id, scope_id = carrier.subject_id, None if fields is None else fields.scope_id
         return ExpectedPoint(
             {
                 "memory_id": memory_id,

@@ -21,6 +21,7 @@ from contracts import (
     PERSONAL_CONTEXT,
     Event,
     MemoryRedacted,
+    MemoryReinstated,
     MemoryWritten,
     PersonalFields,
     SealedText,
@@ -65,14 +66,15 @@ class Readable:
 
 def sealed_fields(events: Iterable[Event]) -> tuple[list[SealedText], list[SealedText]]:
     """The sealed texts and sealed personal fields the stores read from ``events``:
-    those of ``MemoryWritten``, ``SummaryDerived`` and ``MemoryRedacted``."""
+    those of ``MemoryWritten``, ``SummaryDerived``, ``MemoryRedacted`` and
+    ``MemoryReinstated``."""
     texts: list[SealedText] = []
     personal: list[SealedText] = []
     for event in events:
         if isinstance(event, MemoryWritten | SummaryDerived):
             texts.append(event.memory.content)
             personal.append(event.memory.personal)
-        elif isinstance(event, MemoryRedacted):
+        elif isinstance(event, MemoryRedacted | MemoryReinstated):
             texts.append(event.content)
             if event.personal is not None:
                 personal.append(event.personal)

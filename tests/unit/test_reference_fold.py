@@ -19,6 +19,7 @@ from contracts import (
     MemoryRedacted,
     MemoryRef,
     MemoryReinforced,
+    MemoryReinstated,
     MemorySuperseded,
     MemoryWritten,
     PersonalFields,
@@ -107,6 +108,24 @@ class Log:
                 content_hmac=f"hmac-{text}",
                 state=state,
                 personal=personal,
+            )
+        )
+
+    def reinstate(self, memory_id: str, revision: int, replacement: str, text: str = "x") -> Event:
+        content, personal = sealed(memory_id), sealed(memory_id)
+        self.readable.texts[content] = text
+        self.readable.personal[personal] = PersonalFields(scope_id="alice", turn_id="t-1")
+        state = RedactedState(status="needs_confirmation", kind="fact", purpose="p", scope_type="subject")
+        return self.add(
+            MemoryReinstated(
+                **self.env(),
+                memory_id=memory_id,
+                revision=revision,
+                replacement=replacement,
+                content=content,
+                personal=personal,
+                state=state,
+                content_hmac=f"hmac-{text}",
             )
         )
 
@@ -219,6 +238,50 @@ def test_status_changes_reach_rows_points_and_marks() -> None:
     assert fold.marks[A] == marks_of("active", 4) and fold.history[(A, 4)]["status"] is None
 
 
+def test_a_reinstatement_makes_the_superseded_row_and_point_live_awaiting_confirmation() -> None:
+    log = Log()
+    written = log.write(A)
+    log.supersede(A, 2, by=B)
+    log.write(B)
+    log.erase((B, 1))
+    reinstated = log.reinstate(A, 3, replacement=B)
+    fold = log.fold()
+    row = fold.facts[A]
+    assert (row["status"], row["superseded_by"], row["confirmed"], row["revision"]) == (
+        "needs_confirmation",
+        None,
+        False,
+        3,
+    )
+    assert row["content"] == "x" and B not in fold.facts and B not in fold.points
+    point = fold.points[A].payload
+    assert (point["status"], point["revision"], point["content_hmac"], point["scope_id"]) == (
+        "needs_confirmation",
+        3,
+        "hmac-x",
+        "alice",
+    )
+    assert fold.marks[A] == marks_of("needs_confirmation", 3)
+    assert fold.history[(A, 3)]["status"] == "needs_confirmation" and fold.history[(A, 3)]["content_hmac"] is None
+    again = log.fold(*log.events, written, reinstated)  # delivered again after: changes nothing
+    assert (again.facts, again.points, again.marks) == (fold.facts, fold.points, fold.marks)
+
+
+def test_a_reinstatement_of_a_tombstoned_or_unreadable_memory_makes_no_point() -> None:
+    log = Log()
+    log.write(A)
+    log.supersede(A, 2, by=B)
+    reinstated = log.reinstate(A, 3, replacement=B)
+    assert isinstance(reinstated, MemoryReinstated)
+    log.readable.tombstoned.add(A)
+    gone = log.fold()
+    assert A not in gone.facts and A not in gone.points and gone.history[(A, 3)]["status"] == "needs_confirmation"
+    log.readable.tombstoned.clear()
+    log.readable.texts[reinstated.content] = None
+    unreadable = log.fold()
+    assert unreadable.facts[A]["status"] == "needs_confirmation" and A not in unreadable.points
+
+
 # -- the stores' marks ---------------------------------------------------------------------
 
 
@@ -238,7 +301,13 @@ def test_a_mark_book_passes_only_newer_revisions_and_erasures_always_apply() -> 
 
 def test_mark_status_follows_the_reference() -> None:
     log = Log()
-    events = [log.write(A), log.summary(S, (A,)), log.redact(A, 2, "r"), log.supersede(A, 3, by=B)]
+    events = [
+        log.write(A),
+        log.summary(S, (A,)),
+        log.redact(A, 2, "r"),
+        log.supersede(A, 3, by=B),
+        log.reinstate(A, 4, replacement=B),
+    ]
     fold = ReferenceFold(log.readable)
     book = marks.MarkBook()
     for n, event in enumerate(events):
