@@ -1,7 +1,8 @@
 """Event histories for the property tests of the reference fold, made by the real
 ``Ledger`` from commands that hypothesis draws (so every history is one production could
-write: revisions, supersessions, conflicts, regenerated summaries and destroyed keys come
-from the ledger's own rules, not from a test's idea of them).
+write: revisions, supersessions, conflicts, regenerated summaries, destroyed keys and the
+earlier versions an erasure reinstates come from the ledger's own rules, not from a
+test's idea of them).
 
 One ``LedgerStage`` serves every example of a test function: its database, key store and
 in-memory log are shared, and each example works on subjects of its own under a principal
@@ -23,6 +24,7 @@ from psycopg_pool import ConnectionPool
 from contracts import (
     EraseMemories,
     Event,
+    MemorySuperseded,
     MemoryWrite,
     RedactMemory,
     RevokeConsent,
@@ -64,10 +66,12 @@ COMMANDS = (
     "revoke",
     "sweep",
     "erase",
+    "erase_replacement",
     "erase_source",
     "erase_subject",
 )
-"""What an example's steps are drawn from (writes, supersessions and summaries weighted)."""
+"""What an example's steps are drawn from (writes, supersessions and summaries weighted;
+``erase_replacement`` erases a memory that superseded another, which reinstates it)."""
 
 
 def subject_in(index: int, partition: int, partitions: int) -> str:
@@ -131,6 +135,8 @@ class History:
     principal: Principal
     memories: dict[str, list[str]]
     commands: list[str] = field(default_factory=list)
+    replacements: dict[str, list[str]] = field(default_factory=dict)
+    """Per subject, the memories that superseded another, in the order they did."""
 
     @classmethod
     def start(cls, stage: LedgerStage, data: st.DataObject) -> History:
@@ -162,6 +168,8 @@ class History:
         for event, _ in new:
             if isinstance(event, Written | SummaryDerived):
                 self.memories[event.subject_id].append(event.memory_id)
+            elif isinstance(event, MemorySuperseded):
+                self.replacements.setdefault(event.subject_id, []).append(event.superseded_by)
         return new
 
     # -- the commands -------------------------------------------------------------------
@@ -253,8 +261,28 @@ class History:
     def _erase(self, data: st.DataObject, subject: str) -> None:
         memory = self._memory(data, subject)
         if memory is not None:
-            cmd = EraseMemories(subject_id=subject, memory_ids=(memory,), reason="subject asked")
-            self.stage.ledger.erase(self.principal, cmd)
+            self._erase_one(data, subject, memory)
+
+    def _erase_one(self, data: st.DataObject, subject: str, memory: str) -> None:
+        with_history = data.draw(st.booleans(), label="with history")
+        cmd = EraseMemories(subject_id=subject, memory_ids=(memory,), reason="subject asked", with_history=with_history)
+        self.stage.ledger.erase(self.principal, cmd)
+
+    def _erase_replacement(self, data: st.DataObject, subject: str) -> None:
+        """Erase a memory that superseded another (its earlier version is reinstated
+        unless the erasure takes the history too); when the subject has none yet, a keyed
+        memory and its supersession are written first."""
+        known = self.replacements.get(subject, [])
+        if known:
+            self._erase_one(data, subject, data.draw(st.sampled_from(known), label="replacement"))
+            return
+        first = self.stage.ledger.write(self.principal, self._command(data, subject, key="answer_length"))
+        if first.memory_id is None:
+            return
+        cmd = self._command(data, subject, key="answer_length", veracity="stated")
+        second = self.stage.ledger.supersede(self.principal, first.memory_id, cmd)
+        if second.memory_id is not None:
+            self._erase_one(data, subject, second.memory_id)
 
     def _erase_source(self, data: st.DataObject, subject: str) -> None:
         source = data.draw(st.sampled_from(("doc-a", "t-1", "t-2")), label="erased source")

@@ -1,7 +1,8 @@
 """A history of every kind of change, made through the ledger (so the events in the log
 are the ones production writes): writes, a summary, a supersession, a conflict, a
-reinforcement, a confirmation, a consent revocation, a redaction, an erasure and a sweep
-that expires a memory and regenerates the summary derived from it."""
+reinforcement, a confirmation, a consent revocation, a redaction, an erasure, an erasure
+of a replacement that reinstates the version it superseded, an erasure with its history,
+and a sweep that expires a memory and regenerates the summary derived from it."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ class History:
     erased: str
     expired: str
     summary: str
+    reinstated: str
+    """Superseded, then live again (``needs_confirmation``) when its replacement was erased."""
+    with_history: tuple[str, str]
+    """An earlier version and its replacement, erased together (``with_history``)."""
 
 
 def make_history(svc: Services, subject: str = "alice") -> History:
@@ -63,5 +68,12 @@ def make_history(svc: Services, subject: str = "alice") -> History:
         kind="summary",
         provenance={"writer": "summariser", "written_at": utc_now(), "derived_from": [active, expired]},
     )
+    reinstated = write("Alice sits at desk 4F", key="desk")
+    replacement = write("Alice sits at desk 5B", key="desk")  # a statement: supersedes it
+    ledger.erase(p, EraseMemories(subject_id=subject, memory_ids=(replacement,), reason="subject asked"))
+    chain = (write("Alice's locker is 12", key="locker"), write("Alice's locker is 31", key="locker"))
+    ledger.erase(p, EraseMemories(subject_id=subject, memory_ids=chain[1:], reason="asked", with_history=True))
     ledger.sweep(p, utc_now() + timedelta(days=3))
-    return History(active, superseded, successor, conflicting, revoked, redacted, erased, expired, summary)
+    return History(
+        active, superseded, successor, conflicting, revoked, redacted, erased, expired, summary, reinstated, chain
+    )
