@@ -72,6 +72,22 @@ def test_supersede_key_replaces_the_slot_whatever_the_source_and_never_reinforce
     assert plain.memory_id == batch.results[1].memory_id
 
 
+def test_a_retried_put_appends_nothing_and_a_put_in_another_turn_replaces_the_slot(
+    gateway: Gateway, svc: Services, alice: Caller
+) -> None:
+    first = put(gateway, alice, "city", "Lisbon", turn_id="turn-1")
+    retry = put(gateway, alice, "city", "Lisbon", turn_id="turn-1")
+    assert retry.events == [] and retry.repeat and retry.memory_id == first.memory_id
+    assert retry.first_event_ids == [e.event_id for e in first.events]
+    # the same put as a plain write is another command: not a retry of the put
+    plain = gateway.write(alice, "alice", wire.WriteMemory(content="Lisbon", purpose=P, key="city", turn_id="turn-1"))
+    assert plain.repeat is None and [e.type for e in plain.events] == ["MemoryReinforced"]
+    later = put(gateway, alice, "city", "Lisbon", turn_id="turn-2")
+    assert [e.type for e in later.events] == ["MemoryWritten", "MemorySuperseded"]
+    live = svc.ledger.live(svc.principal(), "alice", P, "city")
+    assert [m.head.memory_id for m in live] == [later.memory_id]
+
+
 def test_supersede_key_needs_a_key_and_writes_nothing_without_one(
     gateway: Gateway, svc: Services, alice: Caller
 ) -> None:
