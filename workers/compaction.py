@@ -1,12 +1,14 @@
 """What ``memledger compact`` rewrites in this deployment: the ledger's tables that lose
-personal fields and keys, every projection version's Postgres tables, every vectors
-version's collection this process can open, and the Redis cache
+personal fields and keys, every projection version's Postgres tables (a vectors
+version's embedding queue too: its rows held a memory's sealed text and scope id until
+embedded or erased), every vectors version's collection this process can open, and the
+Redis cache
 (``projections.compaction`` does the rewriting)."""
 
 from __future__ import annotations
 
 from ledger.state import SHREDDED_TABLES
-from projections import versions
+from projections import embedding_queue, versions
 from projections.compaction import CompactTargets
 from projections.facts import FactsTables
 from projections.summaries import SummariesProjection
@@ -29,6 +31,7 @@ def compact_targets(svc: Services, lock_timeout_s: float, vectors_unreachable: s
         elif info.name == "summaries":
             tables.append(SummariesProjection.table_name(info.version))
         elif info.name == "vectors":
+            tables.append(embedding_queue.table_name(info.version))
             name = versions.collection_name(info.version)
             if svc.settings.qdrant_url or (vectors_unreachable is None and svc.stores.owns(info.version)):
                 indexes.append(svc.stores.index(info.version))
