@@ -67,11 +67,13 @@ COMMANDS = (
     "sweep",
     "erase",
     "erase_replacement",
+    "erase_replacement",
     "erase_source",
     "erase_subject",
 )
-"""What an example's steps are drawn from (writes, supersessions and summaries weighted;
-``erase_replacement`` erases a memory that superseded another, which reinstates it)."""
+"""What an example's steps are drawn from (writes, supersessions, summaries and
+``erase_replacement`` weighted; that one erases a memory that superseded another, which
+reinstates the version it replaced)."""
 
 
 def subject_in(index: int, partition: int, partitions: int) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from psycopg_pool import ConnectionPool
 
@@ -286,6 +286,8 @@ def test_every_store_holds_what_the_reference_folds(
     store.settled(deliveries, history.subjects)
     _apply(store, deliveries.tail(data))
     note("commands: " + "; ".join(history.commands))
+    for kind in sorted({e.type for e, _ in deliveries.first}):
+        event(kind)  # --hypothesis-show-statistics: how many examples held each event type
     with stage.pool.connection() as conn:
         readable = read_sealed(conn, stage.keyring, [e for e, _ in deliveries.first], content.erased_among)
     fold = ReferenceFold(readable).fold(deliveries.first)
