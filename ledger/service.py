@@ -21,7 +21,7 @@ nowhere, and the error says which, and so does the log (logging):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict
@@ -55,6 +55,7 @@ from contracts import (
     Retention,
     RetentionExpired,
     RevokeConsent,
+    Scope,
     Screening,
     SealedText,
     SummaryDerived,
@@ -157,6 +158,12 @@ class _BatchHints:
         subjects = sorted({c.subject_id for c in cmds})
         hmacs = sorted({fingerprint(c.content) for c in cmds if c.kind != "summary"})
         return cls(state.live_statements(conn, subjects, hmacs), state.subjects_with_revocations(conn, subjects))
+
+
+def _slots(cmds: Iterable[MemoryWrite]) -> list[tuple[str, str, Scope, str]]:
+    """The slots (subject, purpose, scope, key) whose live memories ``cmds`` read to
+    decide: those of every keyed write but a summary's (``state.lock_slots``)."""
+    return [(c.subject_id, c.purpose, c.scope, c.key) for c in cmds if c.key is not None and c.kind != "summary"]
 
 
 @dataclass(frozen=True)
@@ -382,6 +389,7 @@ class Ledger:
 
         def decide(conn: psycopg.Connection) -> _Decision:
             admitted = [admit_write(self.policy, self.screener, cmd, now) for cmd in cmds]  # no I/O
+            state.lock_slots(conn, _slots(a.cmd for a in admitted))
             hints = _BatchHints.read(conn, [a.cmd for a in admitted], self._statement_hmac)
             keys = [
                 admission.attempt_fingerprint(
@@ -434,6 +442,7 @@ class Ledger:
 
         def decide(conn: psycopg.Connection) -> _Decision:
             admitted = [(old, admit_write(self.policy, self.screener, cmd, now)) for old, cmd in replacements]  # no I/O
+            state.lock_slots(conn, _slots(a.cmd for _, a in admitted))
             keys = [
                 admission.attempt_fingerprint(self._keyring.fingerprint, a.original, f"supersede {old}")
                 for old, a in admitted
@@ -560,6 +569,9 @@ class Ledger:
         corr = new_id()
 
         def decide(conn: psycopg.Connection) -> _Decision:
+            seen = state.read_heads(conn, [memory_id]).get(memory_id)  # its slot, locked before its row
+            if seen is not None and seen.key is not None and seen.kind != "summary" and seen.status != "erased":
+                state.lock_slots(conn, [(seen.subject_id, seen.purpose, seen.scope, seen.key)])
             head = self._one_head(conn, memory_id, subject_id, "memory_id")
             repeat = admission.repeated_confirmation(head)
             if repeat is not None:

@@ -9,6 +9,7 @@ so two commands on one memory are serialised and revisions never collide; a plai
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -267,6 +268,20 @@ def live_in_slot(
     return heads_where(
         conn, subject_id, _LIVE_IN_SLOT, (list(ACTIVE_STATUSES), purpose, scope.type, scope.id, key, now)
     )
+
+
+def lock_slots(conn: psycopg.Connection, slots: Sequence[tuple[str, str, Scope, str]]) -> None:
+    """Take a transaction-scoped advisory lock on each slot ``(subject_id, purpose,
+    scope, key)`` (DESIGN.md: the unit of supersession), in sorted order and in one
+    statement, so that two commands never wait for each other in a cycle. A command that
+    reads a slot's live memories to decide (a write, a supersession, a confirmation)
+    takes its slot's lock first: a second command on the slot waits until the first
+    commits, then reads what it wrote. Without it, two writes of one key at once each
+    found the other's memory not yet committed, and the slot kept two live answers."""
+    if not slots:
+        return
+    keys = sorted({json.dumps([s, p, scope.type, scope.id, k]) for s, p, scope, k in slots})
+    _sql(conn, "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 1))) FROM unnest(%s::text[]) AS k", (keys,))
 
 
 def find_statement(

@@ -4,8 +4,10 @@ the gateway on the test services."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -135,3 +137,46 @@ def test_unexpired_leaves_out_what_has_expired_swept_or_not(gateway: Gateway, sv
     assert {m.key for m in narrowed} == {"lg:later"}
     unswept = gateway.memories(alice, "alice").memories  # not swept: still listed as live without it
     assert soon.memory_id in {m.memory_id for m in unswept}
+
+
+def test_puts_of_one_key_at_once_leave_one_live_memory_and_a_confirmation_settles_its_slot(
+    gateway: Gateway, svc: Services, alice: Caller
+) -> None:
+    """Each write locks its slot before it reads it: without that, writes of one key at
+    once each missed the others' memories (not yet committed) and the slot kept several
+    live answers."""
+    n = 8
+    start = threading.Barrier(n)
+
+    def racing_put(i: int) -> wire.CommandAck:
+        start.wait()
+        return put(gateway, alice, "drink", f"drink number {i}")
+
+    with ThreadPoolExecutor(n) as pool:
+        acks = list(pool.map(racing_put, range(n)))
+    live = svc.ledger.live(svc.principal(), "alice", P, "drink")
+    assert len(live) == 1 and live[0].head.memory_id in {a.memory_id for a in acks}
+    superseded = [e for a in acks for e in a.events if e.type == "MemorySuperseded"]
+    assert len(superseded) == n - 1  # every put but the first replaced exactly one live memory
+
+    # two inferences of one key from two sources at once: a conflict, both awaiting confirmation
+    both = threading.Barrier(2)
+
+    def claim(source: str) -> wire.CommandAck:
+        both.wait()
+        return gateway.write(
+            alice,
+            "alice",
+            wire.WriteMemory(
+                content=f"lives in {source}", purpose=P, key="city", source_ref=source, veracity="inferred"
+            ),
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        lille, lyon = pool.map(claim, ["Lille", "Lyon"])
+    rivals = svc.ledger.live(svc.principal(), "alice", P, "city")
+    assert sorted(m.head.status for m in rivals) == ["needs_confirmation", "needs_confirmation"]
+    assert lille.memory_id is not None and lyon.memory_id is not None
+    svc.ledger.confirm(svc.principal(), "alice", lille.memory_id)
+    [settled] = svc.ledger.live(svc.principal(), "alice", P, "city")
+    assert (settled.head.memory_id, settled.head.status) == (lille.memory_id, "active")
