@@ -39,11 +39,27 @@ def _identifier(value: str) -> str:
     return value
 
 
-def _text(value: str) -> str:
+def text_problem(value: str) -> str | None:
+    """The rule of text (memory content, a recall query) that ``value`` breaks, as the
+    message to show, or ``None``: more than white space, no control characters but tab,
+    newline and carriage return (PostgreSQL's text refuses NUL), and valid Unicode (a lone
+    surrogate has no UTF-8 encoding)."""
     if not value.strip():
-        raise ValueError("must contain more than white space")
+        return "must contain more than white space"
     if _CONTROL_IN_TEXT.search(value):
-        raise ValueError("must not contain control characters (tab, newline and carriage return are allowed)")
+        return "must not contain control characters (tab, newline and carriage return are allowed)"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "must be valid Unicode: a lone surrogate has no UTF-8 encoding"
+    return None
+
+
+def _text(value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 

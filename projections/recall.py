@@ -32,6 +32,7 @@ from psycopg_pool import ConnectionPool
 from redis.exceptions import RedisError
 
 from contracts import utc_now
+from contracts.types import text_problem
 from ledger.principals import Principal
 from projections.cache import RecallCache
 from projections.conflicts import open_conflicts_of
@@ -131,6 +132,9 @@ def _validate(
         raise RecallError("query", "must not be empty")
     if len(query) > MAX_QUERY_CHARS:
         raise RecallError("query", f"is {len(query)} characters; at most {MAX_QUERY_CHARS} are accepted")
+    problem = text_problem(query)
+    if problem is not None:
+        raise RecallError("query", problem)
     if not purpose.strip():
         raise RecallError("purpose", "must not be empty")
     for sk in scope_keys:

@@ -205,6 +205,8 @@ def test_a_query_longer_than_the_limit_is_refused_naming_the_field(run: Run) -> 
     write(run, "alice", "Alice likes tea")
     err = refused(run, "recall", "alice", "tea " * 1250, "--purpose", PURPOSE)
     assert "query: is 5000 characters; at most 4096 are accepted" in err
+    err = refused(run, "recall", "alice", "tea\x01", "--purpose", PURPOSE)  # PostgreSQL's text refuses NUL
+    assert "query: must not contain control characters" in err
 
 
 # -- memories ---------------------------------------------------------------------------
@@ -236,4 +238,4 @@ def test_memories_lists_status_revision_key_and_supersession(run: Run) -> None:
         and listed[0]["content"] is None
         and listed[0]["key"] == "python_version"
     )
-    assert "may not erase" in refused(run, "--principal", "stranger", "memories", "alice")
+    assert "may not read" in refused(run, "--principal", "stranger", "memories", "alice")

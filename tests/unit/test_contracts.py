@@ -51,6 +51,7 @@ from contracts import (
     encode_event,
 )
 from contracts.schema import SCHEMA_PATH, current_schema, render_schema
+from contracts.types import text_problem
 
 # --------------------------------------------------------------------------- strategies
 
@@ -1084,3 +1085,21 @@ def test_an_event_written_before_the_agent_label_reads_with_no_agent() -> None:
     assert ClearProvenance.model_validate(old).agent is None
     labelled = ClearProvenance.model_validate(old | {"agent": "planner"})
     assert labelled.agent == "planner" and labelled.writer == "cli"
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("   ", "more than white space"),
+        ("tea\x00", "control characters"),
+        ("tea\x1b[31m", "control characters"),
+        ("tea \ud800", "lone surrogate"),
+    ],
+)
+def test_text_that_no_store_can_hold_is_named_by_its_rule(text: str, rule: str) -> None:
+    problem = text_problem(text)
+    assert problem is not None and rule in problem
+
+
+def test_text_with_tabs_newlines_and_any_script_is_accepted() -> None:
+    assert text_problem("thé\tau lait\r\n日本語 🍵") is None

@@ -244,3 +244,54 @@ def test_a_delete_is_an_erasure_by_the_items_source_and_nothing_left_is_no_error
     refused = Forbidden(403, wire.Problem(title="Forbidden", status=403, detail="x", field="subject_id", rule="..."))
     with pytest.raises(Forbidden):
         Scripted(refused).run([PutOp(("a", "p"), "x", None)])
+
+
+def listed(key: str, source_ref: str | None, content: str) -> wire.MemoryOut:
+    provenance = {"source_ref": source_ref} if source_ref else {}
+    return wire.MemoryOut(
+        memory_id=f"m-{content}",
+        subject_id="a",
+        status="active",
+        key=key,
+        purpose="p",
+        scope={"type": "subject", "id": None},
+        written_at=NOW,
+        provenance=provenance,
+        content=content,
+    )
+
+
+def test_a_memory_without_the_items_source_is_no_item_since_a_delete_would_not_reach_it() -> None:
+    address = namespaces.address(("a", "p"), "k")
+    theirs = listed(address.key, None, '{"x":7}')  # written another way under a key that looks like the item's
+    ours = listed(address.key, address.source_ref, '{"x":8}')
+    page = wire.MemoryPage(memories=[theirs, ours])
+    found = Scripted(page).run([GetOp(("a", "p"), "k")])[0]
+    assert found is not None and found.value == {"x": 8}
+    assert Scripted(wire.MemoryPage(memories=[theirs])).run([GetOp(("a", "p"), "k")]) == [None]
+
+
+@pytest.mark.parametrize(
+    ("op", "field", "rule"),
+    [
+        (PutOp(("a", "p"), "k", {"t": "\ud800"}), "value", "lone surrogate"),
+        (PutOp(("a", "p"), "k\ud800", {"t": 1}), "key", "lone surrogate"),
+        (PutOp(("a\ud800", "p"), "k", {"t": 1}), "namespace[0]", "lone surrogate"),
+        (PutOp(("a", "p"), "k", {"t": 1}, ttl=1e12), "ttl", "at most"),
+        (SearchOp(("a", "p"), filter=[1, 2]), "filter", "must be a mapping"),  # type: ignore[arg-type]
+        (SearchOp(("a", "p"), filter={1: "x"}), "filter", "field names"),  # type: ignore[dict-item]
+    ],
+)
+def test_input_python_would_choke_on_is_refused_naming_the_field(op: Any, field: str, rule: str) -> None:
+    server = Scripted()
+    with pytest.raises((InvalidValueError, NamespaceError)) as refused:
+        server.run([op])
+    assert refused.value.field == field and rule in refused.value.rule
+    assert server.calls == []
+
+
+@pytest.mark.parametrize("agent", ["", " x", "x" * 600, "a\x00b", "\ud800"])
+def test_an_agent_label_the_ledger_would_refuse_is_refused_at_construction(agent: str) -> None:
+    with pytest.raises((InvalidValueError, NamespaceError)) as refused:
+        LedgerStore("http://127.0.0.1:9", "t", agent=agent)
+    assert refused.value.field == "agent"

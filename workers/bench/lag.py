@@ -203,7 +203,7 @@ def bench_lag(
     projection (see ``deployment``); and the workers' peak resident memory.
 
     Returns ``steady_load``'s result and ``{"embedder", "workers_per_projection",
-    "worker_peak_rss_mb": {role: MB}, "deployment_peak_rss_mb", "processes"}``.
+    "worker_peak_rss_mb": {role: MB}, "deployment_peak_rss_mb", "processes", "processes_started"}``.
     """
     with deployment(env, workers_per_projection) as run:
         out = steady_load(run, rate, seconds, progress, "lag: writing")
@@ -304,10 +304,12 @@ def lag_figures(out: dict[str, Any]) -> list[Figure]:
     for name, mb in out.get("worker_peak_rss_mb", {}).items():
         figures.append(Figure(f"lag.rss.{name}{suffix}", f"peak RSS of the {name} worker ({run})", mb, "MB"))
     if "deployment_peak_rss_mb" in out:
+        started = out.get("processes_started", out["processes"])
+        restarts = f", {started - out['processes']} restarted" if started > out["processes"] else ""
         figures.append(
             Figure(
                 f"lag.rss.deployment{suffix}",
-                f"peak RSS of every worker process together, {out['processes']} processes ({run})",
+                f"peak RSS of every worker process together, {out['processes']} processes{restarts} ({run})",
                 out["deployment_peak_rss_mb"],
                 "MB",
             )

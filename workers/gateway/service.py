@@ -589,8 +589,10 @@ class Gateway:
         """Listing needs a read or an erase grant; returns whether text may be shown (read)."""
         if "read" in caller.scopes and caller.principal.may("read", subject_id):
             return True
-        self._authorise(caller, "erase", subject_id)
-        return False
+        if "erase" in caller.scopes and caller.principal.may("erase", subject_id):
+            return False
+        self._authorise(caller, "read", subject_id)  # raises, naming the read a listing needs
+        return True
 
     def _reader(self, caller: Caller) -> Principal:
         """The caller reading a head to default a replacement: a writer may read what it replaces."""

@@ -31,7 +31,11 @@ def check(spec: Mapping[str, Any] | None) -> None:
     Raises:
         InvalidValueError: field ``filter.<path>``.
     """
+    if spec is not None and not isinstance(spec, Mapping):
+        raise InvalidValueError("filter", f"must be a mapping of field to condition, not {type(spec).__name__}")
     for key, wanted in (spec or {}).items():
+        if not isinstance(key, str):
+            raise InvalidValueError("filter", f"its keys must be field names (strings), not {key!r}")
         _check(wanted, f"filter.{key}")
 
 

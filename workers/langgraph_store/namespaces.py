@@ -99,10 +99,10 @@ def address(namespace: Sequence[str], key: str) -> Address:
     if not key:
         raise NamespaceError("key", "must not be empty")
     ledger_key = KEY_PREFIX + "/".join(encode(p) for p in (*namespace[2:], key))
-    if len(ledger_key.encode("utf-8")) > MAX_ID_BYTES:
+    if utf8_bytes(ledger_key, "key") > MAX_ID_BYTES:
         raise NamespaceError(
             "key",
-            f"the namespace below the purpose and the key take {len(ledger_key.encode('utf-8'))} bytes as the"
+            f"the namespace below the purpose and the key take {utf8_bytes(ledger_key, 'key')} bytes as the"
             f" memory's key ({KEY_PREFIX!r}, the parts percent-encoded, joined by '/'); at most {MAX_ID_BYTES}",
         )
     return Address(subject, purpose, ledger_key)
@@ -168,12 +168,29 @@ def matches(namespace: Sequence[str], path: Sequence[str], match_type: str) -> b
     return all(p in (WILDCARD, n) for n, p in zip(reversed(namespace), reversed(path), strict=False))
 
 
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (C0 or DEL)."""
+    return _CONTROL.search(text) is not None
+
+
+def utf8_bytes(text: str, field: str) -> int:
+    """The length of ``text`` in bytes of UTF-8.
+
+    Raises:
+        NamespaceError: ``field``: ``text`` holds a lone surrogate (no UTF-8 encoding).
+    """
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise NamespaceError(field, "must be valid Unicode: a lone surrogate has no UTF-8 encoding") from None
+
+
 def _label(namespace: Sequence[str], i: int, what: str, field: str = "namespace") -> str:
     label = namespace[i]
     if label != label.strip() or _CONTROL.search(label):
         raise NamespaceError(
             f"{field}[{i}]", f"the {what} {label!r} must not start or end with white space nor hold control characters"
         )
-    if len(label.encode("utf-8")) > MAX_ID_BYTES:
+    if utf8_bytes(label, f"{field}[{i}]") > MAX_ID_BYTES:
         raise NamespaceError(f"{field}[{i}]", f"the {what} must be at most {MAX_ID_BYTES} bytes in UTF-8")
     return label

@@ -370,12 +370,16 @@ def _listed(
 def _item(m: wire.MemoryOut) -> Item | None:
     """The item a memory holds: ``created_at`` when its key was first given a value (of
     the revisions still held), ``updated_at`` when this value was put; ``None`` for a
-    memory the store did not write."""
-    if m.purpose is None or m.written_at is None or m.scope.get("type") != "subject":
+    memory the store did not write: one without the item's ``source_ref`` (written
+    another way under a key that looks like an item's) is no item, since a delete, an
+    erasure by that source, would not reach it."""
+    if m.purpose is None or m.written_at is None or m.scope.get("type") != "subject" or m.key is None:
         return None
     where = namespaces.item_of(m.subject_id, m.purpose, m.key)
     value = values.value_of(m.content)
     if where is None or value is None:
+        return None
+    if m.provenance.get("source_ref") != Address(m.subject_id, m.purpose, m.key).source_ref:
         return None
     created = m.first_written_at or m.written_at
     return Item(value=value, key=where[1], namespace=where[0], created_at=created, updated_at=m.written_at)
@@ -388,6 +392,11 @@ def _flat(items: Sequence[wire.RecalledItem]) -> list[wire.RecalledItem]:
 
 def _under(namespace: Sequence[str], prefix: Sequence[str]) -> bool:
     return tuple(namespace[: len(prefix)]) == tuple(prefix)
+
+
+MAX_TTL_MINUTES: Final = 100 * 366 * 24 * 60
+"""The longest TTL taken, in minutes (a date must stay representable; the retention of
+the item's sensitivity class may allow far less, and the ledger refuses beyond it)."""
 
 
 def _expiry(ttl_minutes: float | None, now: datetime) -> datetime | None:
@@ -412,6 +421,8 @@ def check_ttl(minutes: object, field: str) -> float:
         raise InvalidValueError(field, f"must be a number of minutes, not {minutes!r}")
     if minutes <= 0:
         raise InvalidValueError(field, f"must be more than 0 minutes, not {minutes!r}")
+    if minutes > MAX_TTL_MINUTES:
+        raise InvalidValueError(field, f"must be at most {MAX_TTL_MINUTES} minutes (100 years), not {minutes!r}")
     return float(minutes)
 
 

@@ -20,7 +20,7 @@ from contracts import utc_now
 from workers import wire
 from workers.client import ApiError, AsyncLedgerClient, LedgerClient, RetryPolicy
 from workers.client.calls import Call
-from workers.langgraph_store import plan, values
+from workers.langgraph_store import namespaces, plan, values
 from workers.langgraph_store.errors import InvalidValueError, UnsupportedError
 from workers.langgraph_store.plan import ErasureReceipt, Step
 from workers.wire.models import Sensitivity
@@ -91,6 +91,8 @@ class LedgerStore(BaseStore):
             raise InvalidValueError("max_value_bytes", f"must be between 1 and {values.CONTENT_MAX_CHARS}")
         if not 0 <= wait_timeout_s <= 60:
             raise InvalidValueError("wait_timeout_s", "must be between 0 and 60 seconds")
+        if agent is not None:
+            _check_agent(agent)
         self.ttl_config = ttl_config(ttl)
         self._cfg = plan.Config(sensitivity, agent, max_value_bytes, wait_timeout_s)
         self._base_url, self._token, self._timeout_s, self._retry = base_url, token, timeout_s, retry
@@ -252,3 +254,22 @@ async def _adrive(step: Step[T], send: Callable[[Call[Any]], Awaitable[Any]]) ->
                 call = step.send(answer)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+def _check_agent(agent: str) -> None:
+    """Refuse an ``agent`` label the ledger would refuse at the first put.
+
+    Raises:
+        InvalidValueError: field ``agent``.
+    """
+    if (
+        not agent.strip()
+        or agent != agent.strip()
+        or namespaces.has_control(agent)
+        or namespaces.utf8_bytes(agent, "agent") > namespaces.MAX_ID_BYTES
+    ):
+        raise InvalidValueError(
+            "agent",
+            f"must be 1 to {namespaces.MAX_ID_BYTES} bytes of UTF-8 without control characters or white space"
+            " at either end (or None)",
+        )

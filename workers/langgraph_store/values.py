@@ -40,7 +40,10 @@ def content_of(value: Mapping[str, Any], max_bytes: int = MAX_VALUE_BYTES) -> st
         raise InvalidValueError("value", f"must be a JSON object (a mapping), not {type(value).__name__}")
     _check(value, "value", 0)
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("\x7f", "\\u007f")
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidValueError("value", "must be valid Unicode: a lone surrogate has no UTF-8 encoding") from None
     if size > max_bytes:
         raise InvalidValueError("value", f"is {size} bytes of JSON; the store takes at most {max_bytes}")
     return text
