@@ -240,6 +240,22 @@ def test_refusals_name_the_field_and_write_nothing(pair: tuple[Agent, Agent]) ->
     assert agent.client.memories(s, include_all=True, purpose=p).memories == []
 
 
+def test_a_delete_erases_what_a_put_of_the_item_replaced(pair: tuple[Agent, Agent]) -> None:
+    """A memory written another way under the item's key, then replaced by a put of the
+    item, holds a value of the item too: the delete erases it with the item's revisions."""
+    agent = pair[0]
+    s, p = agent.subject, "outside"
+    outside = agent.client.write(s, '{"x": 7}', p, key="langgraph:good", veracity="inferred")
+    agent.store.put((s, p), "good", {"x": 8})
+    item = agent.store.get((s, p), "good")
+    assert item is not None and item.value == {"x": 8}
+    receipt = agent.store.erase((s, p), "good")
+    assert receipt is not None and outside.memory_id in receipt.memory_ids and len(receipt.memory_ids) == 2
+    for memory_id in receipt.memory_ids:  # an erased memory keeps neither its purpose nor its key
+        erased = agent.client.memory(s, memory_id).memory
+        assert erased.status == "erased" and erased.content is None and erased.erased_by == receipt.request_id
+
+
 def test_ttl_is_judged_at_read_time_and_reading_never_extends_it(pair: tuple[Agent, Agent]) -> None:
     agent = pair[0]
     ns = (agent.subject, "ttl")

@@ -238,6 +238,7 @@ def test_a_delete_is_an_erasure_by_the_items_source_and_nothing_left_is_no_error
     assert server.run([PutOp(("a", "p", "n"), "x", None), PutOp(("a", "p", "n"), "x", None)]) == [None, None]
     body = server.calls[0].body
     assert body is not None and body["source"] == namespaces.address(("a", "p", "n"), "x").source_ref
+    assert body["with_history"] is True  # what a put of the item replaced goes too
     assert server.receipts == [
         ErasureReceipt(("a", "p", "n"), "x", "er-1", ("m1", "m2"), (wire.LogPosition(partition=0, offset=9),))
     ]

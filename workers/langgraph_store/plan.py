@@ -169,7 +169,9 @@ class _Put(_AtItem):
 
 @dataclass(frozen=True)
 class _Delete(_AtItem):
-    """A delete of the item: an erasure of every revision (by its source)."""
+    """A delete of the item: an erasure of every revision (by its source) and of every
+    earlier version they superseded (``with_history``: a memory written another way under
+    the item's key before a put replaced it holds a value of the item too)."""
 
     def run(self, cfg: Config, session: Session) -> Step[Result]:
         yield from self.erase(session)
@@ -178,7 +180,9 @@ class _Delete(_AtItem):
     def erase(self, session: Session) -> Step[ErasureReceipt | None]:
         """The erasure and its receipt (also given to the session); ``None`` when
         nothing of the item is left to erase."""
-        erase = wire.Erase(source=self.address.source_ref, reason=ERASURE_REASON, legal_basis=ERASURE_BASIS)
+        erase = wire.Erase(
+            source=self.address.source_ref, reason=ERASURE_REASON, legal_basis=ERASURE_BASIS, with_history=True
+        )
         try:
             ack: wire.CommandAck = yield calls.erase(self.address.subject_id, erase)
         except ApiError as exc:
