@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
+import psutil
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` names a running process (another user's counts as running)."""
+    """Whether ``pid`` names a running process (another user's counts as running). A
+    zombie (a killed process its parent has not reaped yet) is not running: a ``serve``
+    killed with SIGKILL is one until its parent waits for it."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:  # another user's process
+    except psutil.AccessDenied:  # another user's process
         return True
-    return True
