@@ -10,7 +10,7 @@ def alive(pid: int) -> bool:
     zombie (a killed process its parent has not reaped yet) is not running: a ``serve``
     killed with SIGKILL is one until its parent waits for it."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:  # another user's process

@@ -21,7 +21,9 @@ def test_a_running_process_is_alive_and_an_unreaped_dead_one_is_not() -> None:
                 break
             time.sleep(0.01)
         assert not alive(child.pid)
-        assert os.waitpid(child.pid, os.WNOHANG)[0] == child.pid  # it was a zombie, reaped only now
+        reaped, status = os.waitpid(child.pid, os.WNOHANG)
+        assert reaped == child.pid  # it was a zombie, reaped only now
+        child.returncode = os.waitstatus_to_exitcode(status)
     finally:
         if alive(child.pid):  # the test failed before the kill
             child.kill()
