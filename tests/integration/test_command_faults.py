@@ -27,6 +27,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 from psycopg import sql
 
+from ledger import topics
 from ledger.errors import AcknowledgementLostError, EventLogError, NotWrittenError
 from projections.trace import trace
 from tests.integration import command_faults as cf
@@ -176,13 +177,20 @@ def test_a_process_killed_at_any_step_leaves_all_or_nothing_once_a_ledger_starts
 
 
 def _topic_config(bootstrap: str, topic: str, value: str) -> None:
-    """Set the topic's ``max.message.bytes`` (incrementally: its other settings stay)."""
+    """Set the topic's ``max.message.bytes`` (incrementally: its other settings stay) and
+    wait until the broker describes the topic with it: the controller takes the change at
+    once, the broker applies it from its next metadata update (a record sent in between
+    was still accepted under the old limit)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         configs = {"max.message.bytes": value}
         admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)], incremental=True)
     finally:
         admin.close()
+    deadline = time.monotonic() + 30
+    while (topics.describe(bootstrap, [topic])[topic].configs or {}).get("max.message.bytes") != value:
+        assert time.monotonic() < deadline, f"the broker never described {topic} with max.message.bytes={value}"
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("command", cf.COMMANDS)
