@@ -381,7 +381,7 @@ class Recall:
             log.warning("recall without vectors: %s", exc)
             degraded.append("vectors")
             return [], []
-        return _same_model(hits, index, embedder), _same_model(derived, index, embedder)
+        return _by_score(_same_model(hits, index, embedder)), _by_score(_same_model(derived, index, embedder))
 
     def _mmr_vectors(
         self, stores: ServingStores, ranked: Sequence[Candidate], config: RankingConfig, degraded: list[str]
@@ -494,6 +494,13 @@ class Recall:
 
 def _tokens(items: Sequence[RecallItem]) -> int:
     return sum(m.tokens for i in items for m in i.members())
+
+
+def _by_score(hits: list[VectorHit]) -> list[VectorHit]:
+    """``hits`` best first, ties by memory id: the index returns equal scores (the same
+    text, the same vector) in the order its points were written, which a replay changes,
+    and fused ranks would then change with it."""
+    return sorted(hits, key=lambda h: (-h.score, h.memory_id))
 
 
 def _same_model(hits: list[VectorHit], index: VectorIndex, embedder: Embedder) -> list[VectorHit]:

@@ -288,6 +288,8 @@ def test_a_replay_of_every_projection_gives_the_same_answers(served: serving.Ser
             PutOp((s, p), "diet", {"text": "vegetarian"}),
             PutOp((s, p, "prefs"), "tone", {"text": "formal tone"}),
             PutOp((s, p, "prefs"), "length", {"text": "short answers"}),
+            # the same text three times: equal scores, ranked by memory id, not by the order a replay writes them
+            *[PutOp((s, p, "tea"), k, {"text": "likes green tea"}) for k in ("first", "second", "third")],
         ]
     )
     agent.store.put((s, p, "prefs"), "length", {"text": "detailed answers"})
@@ -303,6 +305,7 @@ def test_a_replay_of_every_projection_gives_the_same_answers(served: serving.Ser
             shown(found),
             [round(i.score, 3) for i in found],
             agent.store.list_namespaces(prefix=(s, p)),
+            [i.key for i in agent.store.search((s, p, "tea"), query="green tea")],
         ]
 
     before = reads()
