@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-import typer
 
+from ledger.errors import InvalidCommandError
 from projections.conflicts import Conflict, ConflictMember
 from projections.erasure_report import ErasureReport, ErasureSummary
 from projections.recall import RecallResult
@@ -17,7 +17,7 @@ from projections.wording import counted, one_line
 from tests.builders import recall_item
 from workers.cli.data import render_conflicts
 from workers.cli.recall_text import render_recall, utc_text
-from workers.cli.root import erase_target
+from workers.cli.root import check_erase_selection, erase_target
 
 # -- erase's arguments --------------------------------------------------------------------
 
@@ -41,8 +41,17 @@ def test_erase_target_with_subject_option_keeps_every_argument_as_an_id(
 
 
 def test_erase_target_without_any_subject_is_a_usage_error() -> None:
-    with pytest.raises(typer.BadParameter, match="subject: missing"):
+    with pytest.raises(InvalidCommandError, match="subject: missing"):
         erase_target([], None)
+
+
+def test_an_erase_that_names_no_memory_says_the_lone_argument_was_read_as_the_subject() -> None:
+    who, ids = erase_target(["01a2-memory"], None)
+    with pytest.raises(InvalidCommandError, match=r"memory_ids: none given \('01a2-memory' is read as the subject\)"):
+        check_erase_selection(who, ids, whole_subject=False, source=None)
+    check_erase_selection("alice", (), whole_subject=True, source=None)  # --all names them all
+    check_erase_selection("alice", (), whole_subject=False, source="turn-1")
+    check_erase_selection("alice", ("m-1",), whole_subject=False, source=None)
 
 
 # -- counts -------------------------------------------------------------------------------

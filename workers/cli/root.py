@@ -33,7 +33,13 @@ from contracts import (
     describe_validation_error,
     utc_now,
 )
-from ledger.errors import AcknowledgementLostError, LedgerError, NotWrittenError, OutcomeUnknownError
+from ledger.errors import (
+    AcknowledgementLostError,
+    InvalidCommandError,
+    LedgerError,
+    NotWrittenError,
+    OutcomeUnknownError,
+)
 from ledger.service import CommandResult
 from projections.errors import ProjectionError
 from projections.vector_index import VectorIndexError
@@ -311,13 +317,28 @@ def erase_target(arguments: Sequence[str], subject_opt: str | None) -> tuple[str
     the first one is the subject and the rest are memory ids.
 
     Raises:
-        typer.BadParameter: no subject at all (no ``--subject`` and no argument).
+        InvalidCommandError: field ``subject``: no subject at all (no ``--subject`` and no argument).
     """
     if subject_opt is not None:
         return subject_opt, tuple(arguments)
     if not arguments:
-        raise typer.BadParameter("subject: missing; give SUBJECT or --subject")
+        raise InvalidCommandError("subject", "missing; give SUBJECT or --subject")
     return arguments[0], tuple(arguments[1:])
+
+
+def check_erase_selection(subject: str, ids: Sequence[str], whole_subject: bool, source: str | None) -> None:
+    """Refuse an ``erase`` that names no memory: without ``--subject`` a lone argument is
+    the subject, so ``erase ID`` names none (the ledger would say only "give exactly one").
+
+    Raises:
+        InvalidCommandError: field ``memory_ids``: no memory id, no ``--all`` and no ``--source``.
+    """
+    if not ids and not whole_subject and source is None:
+        raise InvalidCommandError(
+            "memory_ids",
+            f"none given ({subject!r} is read as the subject): give SUBJECT then the memory ids,"
+            " --subject SUBJECT then the ids, --all or --source REF",
+        )
 
 
 @app.command()
@@ -353,6 +374,7 @@ def erase(
     superseded stay: those still holding content are listed, and one whose replacement
     was live is live again, awaiting confirmation."""
     who, ids = erase_target(arguments or (), subject_opt)
+    check_erase_selection(who, ids, whole_subject, source)
     cmd = EraseMemories(
         subject_id=who,
         memory_ids=ids,
