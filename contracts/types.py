@@ -39,6 +39,10 @@ def _identifier(value: str) -> str:
     return value
 
 
+UNENCODABLE = "must be valid Unicode: a lone surrogate has no UTF-8 encoding"
+"""The rule a text with a lone surrogate breaks (it has no UTF-8 encoding)."""
+
+
 def text_problem(value: str) -> str | None:
     """The rule of text (memory content, a recall query) that ``value`` breaks, as the
     message to show, or ``None``: more than white space, no control characters but tab,
@@ -52,7 +56,7 @@ def text_problem(value: str) -> str | None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return "must be valid Unicode: a lone surrogate has no UTF-8 encoding"
+            return UNENCODABLE
     return None
 
 

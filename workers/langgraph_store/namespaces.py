@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
+from contracts.types import UNENCODABLE
 from workers.langgraph_store.errors import NamespaceError
 
 KEY_PREFIX = "langgraph:"
@@ -182,7 +183,7 @@ def utf8_bytes(text: str, field: str) -> int:
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        raise NamespaceError(field, "must be valid Unicode: a lone surrogate has no UTF-8 encoding") from None
+        raise NamespaceError(field, UNENCODABLE) from None
 
 
 def _label(namespace: Sequence[str], i: int, what: str, field: str = "namespace") -> str:

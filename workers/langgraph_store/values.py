@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from contracts.types import UNENCODABLE
 from workers.langgraph_store.errors import InvalidValueError
 
 MAX_VALUE_BYTES = 32_768
@@ -43,7 +44,7 @@ def content_of(value: Mapping[str, Any], max_bytes: int = MAX_VALUE_BYTES) -> st
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        raise InvalidValueError("value", "must be valid Unicode: a lone surrogate has no UTF-8 encoding") from None
+        raise InvalidValueError("value", UNENCODABLE) from None
     if size > max_bytes:
         raise InvalidValueError("value", f"is {size} bytes of JSON; the store takes at most {max_bytes}")
     return text
