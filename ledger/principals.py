@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -52,6 +53,20 @@ class Principal(BaseModel):
         """Raise ``NotAuthorisedError`` unless a grant allows ``action`` on ``subject_id``."""
         if not self.may(action, subject_id):
             raise NotAuthorisedError(self.id, action, subject_id)
+
+    def may_list(self, subject_id: str, usable: Collection[str] = ("read", "erase")) -> bool:
+        """The listing rule: a subject's memories may be listed with a read or an erase grant;
+        returns True when their text may be shown (read), False for status only (erase).
+        ``usable``: the actions the caller's credential may use at all (an API key's scopes).
+
+        Raises:
+            NotAuthorisedError: neither grant, naming the read a listing needs.
+        """
+        if "read" in usable and self.may("read", subject_id):
+            return True
+        if "erase" in usable and self.may("erase", subject_id):
+            return False
+        raise NotAuthorisedError(self.id, "read", subject_id)
 
 
 class _PrincipalEntry(BaseModel):

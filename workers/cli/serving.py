@@ -159,10 +159,7 @@ def memories(
     """SUBJECT's memories with status, revision, key and what superseded what (live ones
     unless --all). Needs a read or an erase grant; the text is shown with a read grant only."""
     with services(own_vectors=False, projections=("facts",)) as svc:
-        principal = svc.principal()
-        content = principal.may("read", subject)
-        if not content and not principal.may("erase", subject):
-            principal.require("read", subject)  # raises, naming the read a listing needs
+        content = svc.principal().may_list(subject)
         project_if_embedded(svc)
         page = list_memories(
             svc.pool, STABLE, subject, include_all=include_all, with_content=content, limit=limit, after=after

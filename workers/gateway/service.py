@@ -586,13 +586,11 @@ class Gateway:
             raise NotAuthorisedError(caller.principal.id, action, subject_id)
 
     def _list_grant(self, caller: Caller, subject_id: str) -> bool:
-        """Listing needs a read or an erase grant; returns whether text may be shown (read)."""
-        if "read" in caller.scopes and caller.principal.may("read", subject_id):
-            return True
-        if "erase" in caller.scopes and caller.principal.may("erase", subject_id):
-            return False
-        self._authorise(caller, "read", subject_id)  # raises, naming the read a listing needs
-        return True
+        """Listing needs a read or an erase scope and grant (``Principal.may_list``); returns
+        whether text may be shown (read)."""
+        if not caller.scopes & {"read", "erase"}:
+            self._scope(caller, "read")  # raises, naming the read scope a listing needs
+        return caller.principal.may_list(subject_id, caller.scopes)
 
     def _reader(self, caller: Caller) -> Principal:
         """The caller reading a head to default a replacement: a writer may read what it replaces."""
