@@ -21,7 +21,8 @@ def _to_utc(value: datetime) -> datetime:
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 """A timezone-aware datetime, normalised to UTC. Naive datetimes are rejected."""
 
-_MAX_ID_BYTES = 512
+MAX_ID_BYTES = 512
+"""The longest identifier, in bytes of UTF-8."""
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
@@ -31,16 +32,32 @@ _CONTROL_IN_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 """Control characters but tab, newline and carriage return, which no text may contain."""
 
 
-def _identifier(value: str) -> str:
-    if _CONTROL.search(value):
-        raise ValueError("must not contain control characters")
-    if len(value) * 4 > _MAX_ID_BYTES and len(value.encode("utf-8")) > _MAX_ID_BYTES:  # <= 4 bytes a character
-        raise ValueError(f"must be at most {_MAX_ID_BYTES} bytes in UTF-8")
-    return value
-
-
 UNENCODABLE = "must be valid Unicode: a lone surrogate has no UTF-8 encoding"
 """The rule a text with a lone surrogate breaks (it has no UTF-8 encoding)."""
+
+
+def identifier_problem(value: str) -> str | None:
+    """The rule of an identifier (subject, purpose, key, agent, ...) that ``value`` breaks,
+    as the message to show, or ``None``: more than white space, no control characters, valid
+    Unicode, at most ``MAX_ID_BYTES`` bytes in UTF-8."""
+    if not value.strip():
+        return "must not be empty or only white space"
+    if _CONTROL.search(value):
+        return "must not contain control characters"
+    if len(value) * 4 <= MAX_ID_BYTES and value.isascii():  # <= 4 bytes a character
+        return None
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return UNENCODABLE
+    return f"must be at most {MAX_ID_BYTES} bytes in UTF-8" if size > MAX_ID_BYTES else None
+
+
+def _identifier(value: str) -> str:
+    problem = identifier_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def text_problem(value: str) -> str | None:

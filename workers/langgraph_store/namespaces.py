@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from contracts.types import UNENCODABLE
+from contracts.types import MAX_ID_BYTES, UNENCODABLE, identifier_problem
 from workers.langgraph_store.errors import NamespaceError
 
 KEY_PREFIX = "langgraph:"
@@ -38,13 +38,10 @@ KEY_PREFIX = "langgraph:"
 SOURCE_PREFIX = "langgraph-item:"
 """Prefix of the ``source_ref`` every revision of an item carries."""
 
-MAX_ID_BYTES = 512
-"""The ledger's limit on an identifier (subject, purpose, key), bytes of UTF-8."""
 
 WILDCARD = "*"
 
 _ESCAPED = re.compile(r"[%/\s\x00-\x1f\x7f-\x9f]")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -169,11 +166,6 @@ def matches(namespace: Sequence[str], path: Sequence[str], match_type: str) -> b
     return all(p in (WILDCARD, n) for n, p in zip(reversed(namespace), reversed(path), strict=False))
 
 
-def has_control(text: str) -> bool:
-    """Whether ``text`` holds a control character (C0 or DEL)."""
-    return _CONTROL.search(text) is not None
-
-
 def utf8_bytes(text: str, field: str) -> int:
     """The length of ``text`` in bytes of UTF-8.
 
@@ -186,12 +178,19 @@ def utf8_bytes(text: str, field: str) -> int:
         raise NamespaceError(field, UNENCODABLE) from None
 
 
+def label_problem(label: str) -> str | None:
+    """The rule that ``label``, passed to the ledger unchanged as an identifier (a namespace's
+    subject or purpose, an agent), breaks, or ``None``: the ledger's identifier rule
+    (``contracts.types.identifier_problem``) and no white space at either end (the ledger
+    strips it, so the label read back would not be the one put)."""
+    if label != label.strip():
+        return "must not start or end with white space"
+    return identifier_problem(label)
+
+
 def _label(namespace: Sequence[str], i: int, what: str, field: str = "namespace") -> str:
     label = namespace[i]
-    if label != label.strip() or _CONTROL.search(label):
-        raise NamespaceError(
-            f"{field}[{i}]", f"the {what} {label!r} must not start or end with white space nor hold control characters"
-        )
-    if utf8_bytes(label, f"{field}[{i}]") > MAX_ID_BYTES:
-        raise NamespaceError(f"{field}[{i}]", f"the {what} must be at most {MAX_ID_BYTES} bytes in UTF-8")
+    problem = label_problem(label)
+    if problem is not None:
+        raise NamespaceError(f"{field}[{i}]", f"the {what} {problem}")
     return label

@@ -257,19 +257,12 @@ async def _adrive(step: Step[T], send: Callable[[Call[Any]], Awaitable[Any]]) ->
 
 
 def _check_agent(agent: str) -> None:
-    """Refuse an ``agent`` label the ledger would refuse at the first put.
+    """Refuse an ``agent`` label the ledger would refuse at the first put
+    (``namespaces.label_problem``).
 
     Raises:
         InvalidValueError: field ``agent``.
     """
-    if (
-        not agent.strip()
-        or agent != agent.strip()
-        or namespaces.has_control(agent)
-        or namespaces.utf8_bytes(agent, "agent") > namespaces.MAX_ID_BYTES
-    ):
-        raise InvalidValueError(
-            "agent",
-            f"must be 1 to {namespaces.MAX_ID_BYTES} bytes of UTF-8 without control characters or white space"
-            " at either end (or None)",
-        )
+    problem = namespaces.label_problem(agent)
+    if problem is not None:
+        raise InvalidValueError("agent", f"{problem} (or give None)")
