@@ -220,8 +220,9 @@ def _stop_leftovers(data_dir: Path) -> None:
             pass
 
 
-def _locomo_file(path: Path, conversations: int = 12, turns: int = 500) -> Path:
-    """Synthetic conversations in the LoCoMo shape, enough for an ingest of many seconds."""
+def _locomo_file(path: Path, conversations: int = 12, turns: int = 2000) -> Path:
+    """Synthetic conversations in the LoCoMo shape, enough for an ingest of many seconds
+    (24,000 turns: one of 6,000 once ended before the test's signal on a loaded machine)."""
     data = [
         {
             "sample_id": f"conv-sig-{c}",
