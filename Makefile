@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 LOCOMO ?= ../shared/data/locomo/locomo8.json
+TEST_WORKERS ?= 2
 ENV    := eval "$$(bash deploy/services.sh env)"
 
 include deploy/services.mk
@@ -33,7 +34,7 @@ test-unit: venv
 	$(BIN)/pytest tests/unit
 
 test: venv lint services-up
-	$(ENV) && $(BIN)/pytest
+	$(ENV) && $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 schema: venv
 	$(BIN)/python -m contracts.schema

@@ -6,6 +6,9 @@
 - ``MEMLEDGER_TEST_REDIS_URL``     e.g. redis://127.0.0.1:16379/0
 - ``MEMLEDGER_TEST_KAFKA_BOOTSTRAP`` e.g. 127.0.0.1:19092
 
+``make test`` runs the suite on ``TEST_WORKERS`` pytest-xdist workers (default 2), one test
+file per worker at a time (``--dist loadfile``, so a module's served processes start once).
+
 A test that needs a service whose variable is unset is skipped with the reason, except
 under CI (``CI=true``), where that is a failure: CI must never skip silently.
 
@@ -22,6 +25,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -77,7 +81,15 @@ def pg_dsn() -> str:
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    return _service("MEMLEDGER_TEST_REDIS_URL")
+    """The test Redis; under pytest-xdist each worker gets a database of its own (``gwN``
+    uses the configured database number + N + 1), since tests flush their database."""
+    url = _service("MEMLEDGER_TEST_REDIS_URL")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{base + int(worker[2:]) + 1}"))
 
 
 @pytest.fixture(scope="session")
