@@ -184,6 +184,21 @@ def test_supersede_records_where_the_replacement_came_from(run: Run) -> None:
     assert (prov["turn_id"], prov["tool_call_id"], prov["source_ref"]) == ("t-9", "call-4", "pyproject")
 
 
+def test_a_retried_supersession_answers_repeat_without_confirmed_given(run: Run, fresh_dsn: str) -> None:
+    old = write(run, "vic", "Vic lives in Oslo", "--key", "city", "--turn-id", "t-54")
+    args = ("supersede", old, "vic", "Vic lives in Bergen", "--turn-id", "t-55")
+    first = ok(run, *args, "--json")
+    events = count(fresh_dsn, "SELECT count(*) FROM memory_events")
+    again = ok(run, *args, "--json")  # `confirmed` left to its default both times
+    assert again["memory_id"] == first["memory_id"] and again["events"] == []
+    assert again["first_event_ids"] == [e["event_id"] for e in first["events"]]
+    assert again["repeat"].startswith("a retry of a supersession recorded at")
+    assert ok(run, *args).startswith("a retry of a supersession recorded at")
+    assert count(fresh_dsn, "SELECT count(*) FROM memory_events") == events
+    # another choice of `confirmed` in the same turn is another command, refused on the state
+    assert "is superseded" in refused(run, *args, "--unconfirmed")
+
+
 def test_another_subjects_memory_is_unknown_not_revealed(run: Run) -> None:
     bobs = write(run, "bob", "Bob drinks tea")
     err = refused(run, "confirm", "alice", bobs)

@@ -260,7 +260,7 @@ def supersede(
         }
         change = wire.Supersede.model_validate({k: v for k, v in req.items() if v is not None})
         cmd = commands.replacement(subject, old, change, svc.principal().id, purpose=purpose, scope=scope)
-        r = svc.ledger.supersede(svc.principal(), memory_id, cmd)
+        r = svc.ledger.supersede(svc.principal(), memory_id, cmd, confirmed_if_active=commands.leaves_confirmed(change))
         project_if_embedded(svc)
     emit(
         as_json,

@@ -265,7 +265,8 @@ class Gateway:
             )
             for mid, req in replacements
         ]
-        return self.svc.ledger.supersede_many(caller.principal, cmds)
+        inherit = [commands.leaves_confirmed(req) for _, req in replacements]
+        return self.svc.ledger.supersede_many(caller.principal, cmds, confirmed_if_active=inherit)
 
     def confirm(self, caller: Caller, subject_id: str, memory_id: str) -> wire.CommandAck:
         """The subject confirmed ``memory_id``. Raises as ``supersede``."""
