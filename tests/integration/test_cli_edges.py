@@ -244,13 +244,14 @@ def test_memories_lists_status_revision_key_and_supersession(run: Run) -> None:
     assert every[old]["provenance"]["agent"] == "planner" and every[old]["provenance"]["writer"] == "cli"
     assert every[gone]["status"] == "erased" and every[gone]["erased_by"] == request and every[gone]["content"] is None
     assert f"  {gone} erased by {request} at " in ok(run, "memories", "alice", "--all")
-    # an erase-only principal sees the statuses, not the text
+    # an erase-only principal sees the statuses, not the text nor the other sealed fields (the key)
     grants = Path(os.environ["MEMLEDGER_DATA_DIR"]) / "grants.toml"
     grants.write_text(grants.read_text() + '\n[principals.dpo]\ngrants = [{ subjects = ["*"], actions = ["erase"] }]\n')
     listed = ok(run, "--principal", "dpo", "memories", "alice", "--json")["memories"]
-    assert (
-        [m["memory_id"] for m in listed] == [new]
-        and listed[0]["content"] is None
-        and listed[0]["key"] == "python_version"
-    )
+    assert [m["memory_id"] for m in listed] == [new]
+    assert listed[0]["content"] is None and listed[0]["key"] is None and listed[0]["scope"]["id"] is None
+    every = ok(run, "--principal", "dpo", "memories", "alice", "--all", "--json")["memories"]
+    assert [m["key"] for m in every] == [None, None, None]
+    text = ok(run, "--principal", "dpo", "memories", "alice", "--all")
+    assert "python_version" not in text and f"  {old} superseded rev 2 fact ({PURPOSE})" in text
     assert "may not read" in refused(run, "--principal", "stranger", "memories", "alice")

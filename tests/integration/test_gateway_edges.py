@@ -10,7 +10,7 @@ import pytest
 
 from workers import wire
 from workers.bootstrap import Services
-from workers.gateway import Caller, Gateway
+from workers.gateway import Caller, ForbiddenError, Gateway
 
 pytestmark = pytest.mark.integration
 
@@ -48,3 +48,22 @@ def test_a_supersession_sent_twice_is_answered_as_a_retry(gateway: Gateway, svc:
     assert again.first_event_ids == [e.event_id for e in first.events]
     assert again.repeat is not None and again.repeat.startswith("a retry of a supersession recorded at")
     assert log_end(svc) == end
+
+
+def test_a_listing_without_a_read_grant_hides_the_key_as_it_hides_the_text(gateway: Gateway, svc: Services) -> None:
+    rita = caller(gateway, "rita")
+    written = gateway.write(
+        rita, "rita", wire.WriteMemory(content="Rita's passport is X1234567", purpose=PURPOSE, key="passport")
+    )
+    svc.catch_up()  # the listing reads the facts projection
+    eraser = caller(gateway, "rita", ("erase",))
+    [listed] = gateway.memories(eraser, "rita", include_all=True).memories
+    assert listed.memory_id == written.memory_id and listed.status == "active"
+    assert listed.content is None and listed.key is None and listed.scope["id"] is None
+    one = gateway.memory(eraser, "rita", str(written.memory_id)).memory
+    assert one.key is None and one.content is None
+    assert gateway.memories(rita, "rita").memories[0].key == "passport"  # a read grant shows it
+    for narrowed in ({"key": "passport"}, {"key_prefix": "pass"}):  # nor can it be found by probing
+        with pytest.raises(ForbiddenError) as refused:
+            gateway.memories(eraser, "rita", **narrowed)  # type: ignore[arg-type]
+        assert refused.value.field == next(iter(narrowed)) and "read" in refused.value.rule

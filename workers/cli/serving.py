@@ -157,7 +157,8 @@ def memories(
     as_json: JsonOpt = False,
 ) -> None:
     """SUBJECT's memories with status, revision, key and what superseded what (live ones
-    unless --all). Needs a read or an erase grant; the text is shown with a read grant only."""
+    unless --all). Needs a read or an erase grant; the text and the key are shown with a read
+    grant only."""
     with services(own_vectors=False, projections=("facts",)) as svc:
         content = svc.principal().may_list(subject)
         project_if_embedded(svc)

@@ -353,12 +353,17 @@ class Gateway:
         unexpired: bool = False,
     ) -> wire.MemoryPage:
         """A page of ``subject_id``'s memories with status, key, revision and what
-        superseded what (text only with a read grant); audited as an export. Needs a read
-        or an erase grant. ``purpose``, ``key``, ``key_prefix`` and ``unexpired`` (not
-        expired at the server's UTC now) narrow it (``projections.memories.list_memories``).
+        superseded what (text, key and the other sealed fields only with a read grant);
+        audited as an export. Needs a read or an erase grant. ``purpose``, ``key``,
+        ``key_prefix`` and ``unexpired`` (not expired at the server's UTC now) narrow it
+        (``projections.memories.list_memories``); narrowing by key needs a read grant,
+        since it would tell the key.
         Raises ForbiddenError, NotFoundError, InvalidRequestError, UnavailableError."""
         with self._guard(caller, subject_id):
             content = self._list_grant(caller, subject_id)
+            for name, given in (("key", key), ("key_prefix", key_prefix)):
+                if given is not None and not content:
+                    raise ForbiddenError(name, "narrowing by key needs a read grant: the key is sealed, as the text is")
             self._wait(wait_for, ("facts",), wait_timeout_s)
             page = list_memories(
                 self.svc.pool,
