@@ -117,8 +117,8 @@ def admit_revocation(conn: psycopg.Connection, cmd: RevokeConsent) -> None:
         if not (row and row[0]):
             raise InvalidCommandError(
                 field,
-                f"{value!r} matches no memory of subject {cmd.subject_id!r}; pass --allow-unmatched"
-                " (RevokeConsent.allow_unmatched) to withdraw consent before anything was written under it",
+                f"{value!r} matches no memory of subject {cmd.subject_id!r}; give allow_unmatched"
+                " to withdraw consent before anything was written under it",
             )
 
 

@@ -107,8 +107,8 @@ def test_a_withdrawal_matching_no_memory_is_refused_unless_allowed(run: Run, fre
     events = count(fresh_dsn, "SELECT count(*) FROM memory_events")
     err = refused(run, "revoke-consent", "alice", "--purpose", "technical_writting")
     assert err.strip() == (
-        "error: purpose: 'technical_writting' matches no memory of subject 'alice'; pass --allow-unmatched"
-        " (RevokeConsent.allow_unmatched) to withdraw consent before anything was written under it"
+        "error: purpose: 'technical_writting' matches no memory of subject 'alice'; give --allow-unmatched"
+        " to withdraw consent before anything was written under it"
     )
     err = refused(run, "revoke-consent", "alice", "--consent-ref", "c-l")
     assert err.startswith("error: consent_ref: 'c-l' matches no memory of subject 'alice'")
@@ -122,6 +122,24 @@ def test_a_withdrawal_matching_no_memory_is_refused_unless_allowed(run: Run, fre
         run, "write", "alice", "Alice likes promos", "--purpose", "marketing"
     )
     assert ok(run, "revoke-consent", "alice", "--consent-ref", "c-1", "--json")["affected"] == [mid]
+
+
+# -- the names refusals give ------------------------------------------------------------
+
+
+def test_refusals_name_the_clis_own_fields(run: Run, fresh_dsn: str) -> None:
+    write(run, "rita", "Rita likes tea")
+    events = count(fresh_dsn, "SELECT count(*) FROM memory_events")
+    card = ("write", "rita", "Rita's card is 4111 1111 1111 1111", "--purpose", PURPOSE)
+    err = refused(run, *card)  # screening raises it to personal
+    assert err.startswith("error: consent_ref: the content holds personal data (payment card number)"), err
+    assert "a personal memory requires a consent reference or --basis 'contract'" in err
+    assert "provenance." not in err and "retention." not in err
+    err = refused(run, "write", "rita", "Rita likes tea", "--purpose", PURPOSE, "--expires-at", "2001-01-01T00:00:00Z")
+    assert err.strip() == "error: expires_at: must be in the future (UTC)"
+    err = refused(run, "write", "rita", "Rita likes tea", "--purpose", PURPOSE, "--derived-from", "no-such-memory")
+    assert err.startswith("error: derived_from: "), err
+    assert count(fresh_dsn, "SELECT count(*) FROM memory_events") == events
 
 
 # -- counts in trace and erasure-report -------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from workers import wire
 from workers.bootstrap import Services
-from workers.gateway import Caller, ForbiddenError, Gateway
+from workers.gateway import Caller, ForbiddenError, Gateway, InvalidRequestError
 
 pytestmark = pytest.mark.integration
 
@@ -67,3 +67,18 @@ def test_a_listing_without_a_read_grant_hides_the_key_as_it_hides_the_text(gatew
         with pytest.raises(ForbiddenError) as refused:
             gateway.memories(eraser, "rita", **narrowed)  # type: ignore[arg-type]
         assert refused.value.field == next(iter(narrowed)) and "read" in refused.value.rule
+
+
+def test_refusals_name_the_fields_of_the_http_body(gateway: Gateway, svc: Services) -> None:
+    rita = caller(gateway, "rita")
+    end = log_end(svc)
+    with pytest.raises(InvalidRequestError) as screened:  # screening raises it to personal
+        gateway.write(rita, "rita", wire.WriteMemory(content="Rita's card is 4111 1111 1111 1111", purpose=PURPOSE))
+    assert screened.value.field == "consent_ref"
+    assert screened.value.rule.startswith("the content holds personal data (payment card number)")
+    assert "consent reference or basis 'contract'" in screened.value.rule and "retention." not in screened.value.rule
+    with pytest.raises(InvalidRequestError) as unmatched:
+        gateway.revoke_consent(rita, "rita", wire.RevokeConsent(purpose="marketting"))
+    assert unmatched.value.field == "purpose"
+    assert "give allow_unmatched to withdraw consent" in unmatched.value.rule and "--" not in unmatched.value.rule
+    assert log_end(svc) == end

@@ -30,7 +30,6 @@ from contracts import (
     MemoryWrite,
     RedactMemory,
     RevokeConsent,
-    describe_validation_error,
     utc_now,
 )
 from ledger.errors import (
@@ -47,7 +46,7 @@ from projections.wording import counted
 from workers import interrupts, wire
 from workers.cli import util as cliutil
 from workers.cli.util import emit, parse_time, project_if_embedded, services
-from workers.gateway import GatewayError, commands
+from workers.gateway import GatewayError, commands, fields
 
 app = typer.Typer(
     help="memory-ledger: an event-sourced memory ledger for AI agents.",
@@ -501,11 +500,14 @@ _USER_ERRORS = (
 
 
 def _describe(exc: BaseException) -> str:
-    """One line for a user error; a file error names the file and what went wrong
+    """One line for a user error, ``field: rule`` in the CLI's names
+    (``workers.gateway.fields``); a file error names the file and what went wrong
     (``path: cannot be opened or written: No such file or directory``)."""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         return f"{exc.filename}: cannot be opened or written: {exc.strerror}"
-    return str(exc)
+    if isinstance(exc, InvalidCommandError | GatewayError):
+        return ": ".join(fields.refusal(exc.field, exc.rule, "cli"))
+    return fields.line(str(exc), "cli")
 
 
 def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int:
@@ -527,7 +529,7 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
             print(f"error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     except ValidationError as exc:
-        print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
+        print(f"error: {fields.describe_validation(exc, 'cli')}", file=sys.stderr)
         return 2
     except (NotWrittenError, AcknowledgementLostError, OutcomeUnknownError) as exc:  # not a refusal: see README
         print(f"error: {exc}", file=sys.stderr)
