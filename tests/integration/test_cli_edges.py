@@ -142,6 +142,14 @@ def test_refusals_name_the_clis_own_fields(run: Run, fresh_dsn: str) -> None:
     assert count(fresh_dsn, "SELECT count(*) FROM memory_events") == events
 
 
+def test_a_permission_refusal_names_the_subject_field(run: Run) -> None:
+    write(run, "rita", "Rita likes tea")
+    err = refused(run, "--principal", "stranger", "memories", "rita")
+    assert err.strip() == "error: subject_id: principal 'stranger' may not read memories of subject 'rita'"
+    err = refused(run, "--principal", "stranger", "write", "rita", "Rita likes coffee", "--purpose", PURPOSE)
+    assert err.strip() == "error: subject_id: principal 'stranger' may not write memories of subject 'rita'"
+
+
 # -- counts in trace and erasure-report -------------------------------------------------
 
 

@@ -81,7 +81,9 @@ def test_the_fingerprint_covers_method_path_and_body() -> None:
 
 
 def test_ledger_errors_become_gateway_errors_with_their_field() -> None:
-    assert isinstance(translate(NotAuthorisedError("p", "read", "s")), ForbiddenError)
+    forbidden = translate(NotAuthorisedError("p", "read", "s"))
+    assert isinstance(forbidden, ForbiddenError) and forbidden.field == "subject_id"
+    assert forbidden.rule == "principal 'p' may not read memories of subject 's'"
     missing = translate(UnknownMemoryError("m-1", "memory_ids"))
     assert isinstance(missing, NotFoundError) and missing.field == "memory_ids"
     assert isinstance(translate(InvalidCommandError("memory_id", "memory 'm' is erased")), ConflictError)

@@ -36,6 +36,7 @@ from ledger.errors import (
     AcknowledgementLostError,
     InvalidCommandError,
     LedgerError,
+    NotAuthorisedError,
     NotWrittenError,
     OutcomeUnknownError,
 )
@@ -505,7 +506,7 @@ def _describe(exc: BaseException) -> str:
     (``path: cannot be opened or written: No such file or directory``)."""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         return f"{exc.filename}: cannot be opened or written: {exc.strerror}"
-    if isinstance(exc, InvalidCommandError | GatewayError):
+    if isinstance(exc, InvalidCommandError | NotAuthorisedError | GatewayError):
         return ": ".join(fields.refusal(exc.field, exc.rule, "cli"))
     return fields.line(str(exc), "cli")
 

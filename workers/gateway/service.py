@@ -659,7 +659,7 @@ def translate(exc: Exception) -> GatewayError:
     if isinstance(exc, OutcomeUnknownError):
         return UnavailableError("store", _first_line(exc), STORE_DOWN_RETRY_S)
     if isinstance(exc, NotAuthorisedError):
-        return ForbiddenError("subject_id", str(exc))
+        return ForbiddenError(exc.field, exc.rule)
     if isinstance(exc, UnknownMemoryError):
         return NotFoundError(*fields.refusal(exc.field, exc.rule, "http"))
     if isinstance(exc, UnknownRequestError):
