@@ -150,6 +150,45 @@ def test_a_permission_refusal_names_the_subject_field(run: Run) -> None:
     assert err.strip() == "error: subject_id: principal 'stranger' may not write memories of subject 'rita'"
 
 
+# -- times in --json --------------------------------------------------------------------
+
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z")
+
+
+def times(data: Any, path: str = "") -> dict[str, str]:
+    """Every value of a key ending in ``_at`` (or named ``at``, ``since``, ``until``) in ``data``, by its path."""
+    found: dict[str, str] = {}
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else []
+    for k, v in items:
+        where = f"{path}.{k}"
+        if isinstance(k, str) and (k.endswith("_at") or k in ("at", "since", "until")) and v is not None:
+            found[where] = v
+        found |= times(v, where)
+    return found
+
+
+def test_every_time_in_json_output_is_iso_8601_utc_with_z(run: Run) -> None:
+    old = write(run, "alice", "Alice uses Python 3.11", "--key", "python_version")
+    ok(run, "supersede", old, "alice", "Alice uses Python 3.12")
+    gone = write(run, "alice", "Alice's phone is 555-0100")
+    request = ok(run, "erase", "alice", gone, "--json")["request_id"]
+    ok(run, "keys", "create", "support-agent", "--scope", "read", "--subject", "alice")
+    outputs = {
+        "memories": ok(run, "memories", "alice", "--all", "--json"),
+        "recall": ok(run, "recall", "alice", "Python", "--purpose", PURPOSE, "--json"),
+        "trace": ok(run, "trace", request, "--json"),
+        "erasure-report": ok(run, "erasure-report", "--since", "2000-01-01", "--json"),
+        "keys": ok(run, "keys", "list", "--json"),
+        "versions": ok(run, "versions", "--json"),
+    }
+    for command, data in outputs.items():
+        found = times(data)
+        assert found, command
+        bad = {where: v for where, v in found.items() if not (isinstance(v, str) and ISO_UTC.fullmatch(v))}
+        assert bad == {}, command
+    assert times(outputs["memories"])[".memories.0.first_written_at"]
+
+
 # -- counts in trace and erasure-report -------------------------------------------------
 
 

@@ -43,8 +43,8 @@ def _key_dict(key: ApiKey) -> dict[str, object]:
         "subjects": list(key.subjects),
         "label": key.label,
         "operator": key.operator,
-        "created_at": key.created_at.isoformat(),
-        "revoked_at": None if key.revoked_at is None else key.revoked_at.isoformat(),
+        "created_at": key.created_at,  # emit writes every datetime in the API's form
+        "revoked_at": key.revoked_at,
     }
 
 
@@ -124,7 +124,7 @@ def audit(
     rows = [
         {
             "id": e.id,
-            "at": e.at.isoformat(),
+            "at": e.at,
             "principal": e.principal,
             "key_id": e.key_id,
             "subject_id": e.subject_id,
@@ -172,10 +172,7 @@ def memories(
 def _entry_dict(m: MemoryEntry) -> dict[str, object]:
     from dataclasses import asdict
 
-    out = asdict(m)
-    for name in ("written_at", "updated_at", "expires_at", "erased_at"):
-        out[name] = None if out[name] is None else out[name].isoformat()
-    return out
+    return asdict(m)  # its times are datetimes, which emit writes in the API's form
 
 
 def render_memories(entries: list[MemoryEntry], subject: str, next_after: str | None) -> str:
