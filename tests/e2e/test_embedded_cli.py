@@ -101,6 +101,9 @@ def test_demo_runs_to_the_end_and_never_wipes_a_directory_it_did_not_make(embedd
     where = str(embedded_cli.env["MEMLEDGER_DATA_DIR"]) + "-demo"
     proc = embedded_cli.run("demo", "--data-dir", where, "--embedder", "hashing")
     assert "demo finished: every check held" in proc.stdout
+    # data is printed as it is, not read as rich markup (which dropped "[fact]" and "[gdpr-art-17]")
+    assert "by cli: subject request via support ticket [gdpr-art-17]" in proc.stdout and "[fact]" in proc.stdout
+    assert [line for line in proc.stdout.splitlines() if line.endswith(" ")] == []
     again = embedded_cli.run("demo", "--data-dir", where, "--embedder", "hashing")  # its own: wiped and rerun
     assert "demo finished: every check held" in again.stdout
     embedded_cli.json("write", "alice", "Alice likes tulips", "--purpose", PURPOSE)  # a real ledger
