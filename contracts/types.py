@@ -139,3 +139,9 @@ def iso_utc(moment: datetime) -> str:
     if moment.utcoffset() is None:
         raise ValueError(f"time: {moment.isoformat()} is naive; a time must be timezone-aware (UTC)")
     return moment.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+
+
+def with_article(word: str) -> str:
+    """``word`` (a kind or a class: ``internal``, ``inference``, ``summary``) with its
+    indefinite article: ``an internal``, ``a summary``."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"

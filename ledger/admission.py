@@ -33,6 +33,7 @@ from datetime import datetime
 import psycopg
 
 from contracts import MemoryWrite, RevokeConsent
+from contracts.types import with_article
 from ledger import state
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 
@@ -59,14 +60,14 @@ def admit(conn: psycopg.Connection, cmd: MemoryWrite, now: datetime, withdrawn_p
         return
     known = state.lock_heads(conn, cmd.provenance.derived_from)
     usable = ("active",) if cmd.kind == "summary" else state.ACTIVE_STATUSES
-    article = "an" if cmd.kind[0] in "aeiou" else "a"
     for mid in cmd.provenance.derived_from:
         head = known.get(mid)
         if head is None or head.subject_id != cmd.subject_id:
             raise UnknownMemoryError(mid, "provenance.derived_from")
         if head.status not in usable:
             raise InvalidCommandError(
-                "provenance.derived_from", f"memory {mid!r} is {head.status}: {article} {cmd.kind} needs usable sources"
+                "provenance.derived_from",
+                f"memory {mid!r} is {head.status}: {with_article(cmd.kind)} needs usable sources",
             )
         if head.expires_at is not None and head.expires_at <= now:
             raise InvalidCommandError("provenance.derived_from", f"memory {mid!r} expired at {head.expires_at}")

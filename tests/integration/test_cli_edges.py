@@ -150,6 +150,19 @@ def test_a_permission_refusal_names_the_subject_field(run: Run) -> None:
     assert err.strip() == "error: subject_id: principal 'stranger' may not write memories of subject 'rita'"
 
 
+def test_what_screening_did_and_what_a_revocation_appended_are_said_in_full(run: Run) -> None:
+    card = ("write", "rita", "Rita's card is 4111 1111 1111 1111", "--purpose", PURPOSE, "--consent-ref", "c-1")
+    out = ok(run, *card)
+    assert out.rstrip().endswith("; screening: class raised from internal to personal (holds payment card number)")
+    tea = write(run, "rita", "Rita likes tea")
+    err = refused(run, "redact", "rita", tea, "Rita's mail is rita@example.com")
+    assert "replacement: holds personal data (email address), which an internal memory may not:" in err, err
+    out = ok(run, "revoke-consent", "rita", "--consent-ref", "c-1")
+    assert re.fullmatch(
+        r"consent revoked: 1 memory now revoked at partition \d+ offset \d+(, partition \d+ offset \d+)*\n", out
+    )
+
+
 # -- times in --json --------------------------------------------------------------------
 
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z")

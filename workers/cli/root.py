@@ -28,8 +28,10 @@ from contracts import (
     EraseMemories,
     MemoryConfirmed,
     MemoryWrite,
+    MemoryWritten,
     RedactMemory,
     RevokeConsent,
+    SummaryDerived,
     utc_now,
 )
 from ledger.errors import (
@@ -108,7 +110,9 @@ def _screened(r: CommandResult) -> str:
     personal = [f.kind.replace("_", " ") for f in s.findings if f.category == "personal"]
     parts = [f"replaced {', '.join(replaced)}"] if replaced else []
     if s.raised_from is not None:
-        parts.append(f"class raised from {s.raised_from} (holds {', '.join(personal)})")
+        written = (e for e in r.events if isinstance(e, MemoryWritten | SummaryDerived) and e.memory_id == r.memory_id)
+        raised_to = next(e.memory.sensitivity for e in written)  # the screened event (CommandResult.screening)
+        parts.append(f"class raised from {s.raised_from} to {raised_to} (holds {', '.join(personal)})")
     elif personal:
         parts.append(f"holds {', '.join(personal)}")
     return f"; screening: {'; '.join(parts)}"
@@ -299,7 +303,11 @@ def revoke_consent(
     with services() as svc:
         r = svc.ledger.revoke_consent(svc.principal(), cmd)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: r.repeat or f"consent revoked: {_memories(len(r.affected))} now revoked")
+    emit(
+        as_json,
+        _result(r),
+        lambda: r.repeat or f"consent revoked: {_memories(len(r.affected))} now revoked at {_where(r)}",
+    )
 
 
 @app.command()
