@@ -40,7 +40,7 @@ from contracts.memory import (
 )
 from contracts.screening import Screening, ScreeningFinding
 from contracts.serialization import decode_event, describe_validation_error, encode_event, evolved
-from contracts.types import VERACITY_CONFIDENCE, utc_now
+from contracts.types import VERACITY_CONFIDENCE, iso_utc, utc_now
 
 __all__ = [
     "EVENT_ADAPTER",
@@ -85,6 +85,7 @@ __all__ = [
     "encode_event",
     "evolved",
     "full_provenance",
+    "iso_utc",
     "touched_memories",
     "utc_now",
 ]

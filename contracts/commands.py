@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from contracts.base import Frozen
 from contracts.memory import Provenance, Retention, Scope
-from contracts.types import Content, Kind, NonEmptyStr, Sensitivity, Veracity
+from contracts.types import Content, Kind, NonEmptyStr, Sensitivity, Veracity, with_article
 
 
 class MemoryWrite(Frozen):
@@ -61,9 +61,8 @@ class MemoryWrite(Frozen):
         if self.scope.type == "subject" and self.scope.id != self.subject_id:
             raise ValueError("scope.id: a subject scope must name the memory's own subject_id")
         if self.kind in ("inference", "summary") and not self.provenance.derived_from:
-            article = "an" if self.kind == "inference" else "a"
             raise ValueError(
-                f"provenance.derived_from: {article} {self.kind} must name the memories it was derived from"
+                f"provenance.derived_from: {with_article(self.kind)} must name the memories it was derived from"
             )
         return self
 

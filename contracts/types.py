@@ -126,3 +126,22 @@ inferred by an agent 0.7, imported 0.6, produced by a tool 0.5)."""
 def utc_now() -> datetime:
     """The current time as a timezone-aware UTC datetime."""
     return datetime.now(UTC)
+
+
+def iso_utc(moment: datetime) -> str:
+    """``moment`` (timezone-aware) as ISO 8601 in UTC ending in ``Z``, with microseconds
+    when it has any: ``2026-12-02T07:03:06.109607Z``, as pydantic writes the HTTP API's
+    times. Every time the system prints or returns as text takes this form.
+
+    Raises:
+        ValueError: ``moment`` is naive (invariant 7: a naive datetime is an error).
+    """
+    if moment.utcoffset() is None:
+        raise ValueError(f"time: {moment.isoformat()} is naive; a time must be timezone-aware (UTC)")
+    return moment.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+
+
+def with_article(word: str) -> str:
+    """``word`` (a kind or a class: ``internal``, ``inference``, ``summary``) with its
+    indefinite article: ``an internal``, ``a summary``."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"

@@ -8,7 +8,9 @@ Repeats (a client that retries after a timeout must not change the ledger twice)
 - a write (or supersession) that names a turn id or tool call id, made again with the
   same turn or tool call and the same fields (everything but ``provenance.written_at``), is
   a retry: nothing is appended and the result names the memory the first attempt ended
-  in and its events (``Attempts``). The same statement from another turn is new
+  in and its events (``Attempts``). The fields are those the caller gave: a default the
+  ledger decides from the state (a replacement's ``confirmed``) is compared as left to it,
+  since the first attempt changed that state. The same statement from another turn is new
   evidence and reinforces (``ledger.policy.reinforce``); a write naming neither id cannot
   be told from a restatement and reinforces too;
 - ``confirm`` of a memory that is ``active`` and already confirmed changes nothing;
@@ -31,6 +33,7 @@ from datetime import datetime
 import psycopg
 
 from contracts import MemoryWrite, RevokeConsent
+from contracts.types import with_article
 from ledger import state
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 
@@ -57,14 +60,14 @@ def admit(conn: psycopg.Connection, cmd: MemoryWrite, now: datetime, withdrawn_p
         return
     known = state.lock_heads(conn, cmd.provenance.derived_from)
     usable = ("active",) if cmd.kind == "summary" else state.ACTIVE_STATUSES
-    article = "an" if cmd.kind[0] in "aeiou" else "a"
     for mid in cmd.provenance.derived_from:
         head = known.get(mid)
         if head is None or head.subject_id != cmd.subject_id:
             raise UnknownMemoryError(mid, "provenance.derived_from")
         if head.status not in usable:
             raise InvalidCommandError(
-                "provenance.derived_from", f"memory {mid!r} is {head.status}: {article} {cmd.kind} needs usable sources"
+                "provenance.derived_from",
+                f"memory {mid!r} is {head.status}: {with_article(cmd.kind)} needs usable sources",
             )
         if head.expires_at is not None and head.expires_at <= now:
             raise InvalidCommandError("provenance.derived_from", f"memory {mid!r} expired at {head.expires_at}")
@@ -115,8 +118,8 @@ def admit_revocation(conn: psycopg.Connection, cmd: RevokeConsent) -> None:
         if not (row and row[0]):
             raise InvalidCommandError(
                 field,
-                f"{value!r} matches no memory of subject {cmd.subject_id!r}; pass --allow-unmatched"
-                " (RevokeConsent.allow_unmatched) to withdraw consent before anything was written under it",
+                f"{value!r} matches no memory of subject {cmd.subject_id!r}; give allow_unmatched"
+                " to withdraw consent before anything was written under it",
             )
 
 
@@ -156,6 +159,20 @@ def attempt_fingerprint(fingerprint: Callable[[str], str], cmd: MemoryWrite, ope
     return fingerprint("attempt\x00" + canonical)
 
 
+def supersession_fingerprint(
+    fingerprint: Callable[[str], str], cmd: MemoryWrite, memory_id: str, confirmed_if_active: bool
+) -> str | None:
+    """``attempt_fingerprint`` of the supersession of ``memory_id`` by ``cmd`` as the
+    caller gave it: with ``confirmed_if_active`` (``confirmed`` left to the ledger, see
+    ``Ledger.supersede``) the default is part of the operation and ``cmd.confirmed`` is
+    not, since what the default resolves to depends on the state the first attempt
+    changed (the old memory was active, and is superseded at the retry)."""
+    if confirmed_if_active:
+        given = cmd.model_copy(update={"confirmed": False})
+        return attempt_fingerprint(fingerprint, given, f"supersede {memory_id} confirmed if active")
+    return attempt_fingerprint(fingerprint, cmd, f"supersede {memory_id}")
+
+
 @dataclass(frozen=True)
 class FirstAttempt:
     """What the first attempt of a write ended in: the memory and the ids of the events
@@ -165,10 +182,11 @@ class FirstAttempt:
     event_ids: tuple[str, ...]
     recorded_at: datetime
 
-    def describe(self) -> str:
-        """Why nothing was appended, for the command's result."""
+    def describe(self, command: str = "write") -> str:
+        """Why nothing was appended, for the result of the retried ``command`` (``write``
+        or ``supersession``)."""
         return (
-            f"a retry of a write recorded at {self.recorded_at.isoformat()} (same turn or tool call and same"
+            f"a retry of a {command} recorded at {self.recorded_at.isoformat()} (same turn or tool call and same"
             f" fields): nothing appended, memory {self.memory_id}"
         )
 

@@ -17,10 +17,15 @@ class InvalidCommandError(LedgerError):
 
 
 class NotAuthorisedError(LedgerError):
-    """The principal holds no grant for ``action`` on ``subject_id`` (deny by default)."""
+    """The principal holds no grant for ``action`` on ``subject_id`` (deny by default).
+    As every refusal it names its ``field`` (``subject_id``: the grants decide on the
+    subject) and its ``rule``."""
+
+    field = "subject_id"
 
     def __init__(self, principal_id: str, action: str, subject_id: str) -> None:
-        super().__init__(f"principal {principal_id!r} may not {action} memories of subject {subject_id!r}")
+        self.rule = f"principal {principal_id!r} may not {action} memories of subject {subject_id!r}"
+        super().__init__(f"{self.field}: {self.rule}")
         self.principal_id = principal_id
         self.action = action
         self.subject_id = subject_id

@@ -22,7 +22,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from contracts import MemoryWrite, describe_validation_error
-from contracts.types import Sensitivity
+from contracts.types import Sensitivity, with_article
 from ledger.errors import InvalidCommandError, PolicyError
 
 _CLASSES: tuple[Sensitivity, ...] = ("public", "internal", "personal", "restricted")
@@ -79,13 +79,13 @@ class RetentionPolicy(BaseModel):
         """
         rule = self.of(cmd.sensitivity)
         cls = cmd.sensitivity
-        a = "an" if cls[0] in "aeiou" else "a"
+        a_class = with_article(cls)
         expires_at = cmd.retention.expires_at
         if expires_at is not None and expires_at <= now:
             raise InvalidCommandError("retention.expires_at", "must be in the future (UTC)")
         if rule.requires == "consent_ref" and cmd.provenance.consent_ref is None:
             raise InvalidCommandError(
-                "provenance.consent_ref", f"{a} {cls} memory requires a consent reference (retention policy: {cls})"
+                "provenance.consent_ref", f"{a_class} memory requires a consent reference (retention policy: {cls})"
             )
         if (
             rule.requires == "consent_ref_or_contract"
@@ -94,7 +94,7 @@ class RetentionPolicy(BaseModel):
         ):
             raise InvalidCommandError(
                 "provenance.consent_ref",
-                f"{a} {cls} memory requires a consent reference or retention.basis 'contract'"
+                f"{a_class} memory requires a consent reference or retention.basis 'contract'"
                 f" (retention policy: {cls})",
             )
         limit = rule.max_lifetime
@@ -107,7 +107,7 @@ class RetentionPolicy(BaseModel):
         if expires_at > latest:
             raise InvalidCommandError(
                 "retention.expires_at",
-                f"{a} {cls} memory may be kept at most {rule.max_lifetime_days} days, until {latest.isoformat()}"
+                f"{a_class} memory may be kept at most {rule.max_lifetime_days} days, until {latest.isoformat()}"
                 f" (retention policy: {cls}.max_lifetime_days)",
             )
         return cmd

@@ -56,7 +56,8 @@ class Principal(BaseModel):
 
     def may_list(self, subject_id: str, usable: Collection[str] = ("read", "erase")) -> bool:
         """The listing rule: a subject's memories may be listed with a read or an erase grant;
-        returns True when their text may be shown (read), False for status only (erase).
+        returns True when their text and other sealed fields (the key) may be shown
+        (read), False for status only (erase).
         ``usable``: the actions the caller's credential may use at all (an API key's scopes).
 
         Raises:

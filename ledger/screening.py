@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from contracts import MemoryWrite, Screening
-from contracts.types import Sensitivity
+from contracts.types import Sensitivity, with_article
 from ledger.errors import InvalidCommandError
 from ledger.policy import RetentionPolicy, read_policy_file
 
@@ -165,7 +165,8 @@ def screen_redaction(screener: Screener, replacement: str, sensitivity: str) -> 
         kinds = ", ".join(k.replace("_", " ") for k in screened.screening.kinds("personal"))
         raise InvalidCommandError(
             "replacement",
-            f"holds personal data ({kinds}), which a {sensitivity} memory may not: a redaction cannot raise its class"
+            f"holds personal data ({kinds}), which {with_article(sensitivity)} memory may not: a redaction cannot"
+            " raise its class"
             f" to {screened.sensitivity} (supersede it with a {screened.sensitivity} memory instead)",
         )
     return screened.content, screened.screening

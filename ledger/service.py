@@ -101,9 +101,10 @@ def new_id() -> str:
     return str(uuid7())
 
 
-def _retried(first: admission.FirstAttempt) -> CommandResult:
-    """The result of a retried write: nothing appended, the first attempt's memory and events."""
-    return CommandResult((), (), first.memory_id, repeat=first.describe(), first_event_ids=first.event_ids)
+def _retried(first: admission.FirstAttempt, command: str) -> CommandResult:
+    """The result of a retried ``command`` (a write or a supersession): nothing appended,
+    the first attempt's memory and events."""
+    return CommandResult((), (), first.memory_id, repeat=first.describe(command), first_event_ids=first.event_ids)
 
 
 def _arrives_confirmed(cmd: MemoryWrite) -> bool:
@@ -215,6 +216,7 @@ class _Recorded:
     memory_id: str
     events: list[Event]
     first: admission.FirstAttempt | None = None
+    command: str = "write"  # what a retry repeated, in its message
 
 
 class Ledger:
@@ -409,7 +411,13 @@ class Ledger:
         return _results(recorded, positions)
 
     def supersede(
-        self, principal: Principal, memory_id: str, cmd: MemoryWrite, correlation_id: str | None = None
+        self,
+        principal: Principal,
+        memory_id: str,
+        cmd: MemoryWrite,
+        correlation_id: str | None = None,
+        *,
+        confirmed_if_active: bool = False,
     ) -> CommandResult:
         """Replace memory ``memory_id`` with a new one written from ``cmd`` (and every
         other live memory of the new one's slot: an explicit replacement is never a
@@ -417,7 +425,11 @@ class Ledger:
 
         The replacement is screened as ``write`` screens; a retry of a supersession that
         named a turn or tool call id returns its first attempt's result (the old memory is
-        superseded by then) and appends nothing.
+        superseded by then) and appends nothing. ``confirmed_if_active``: the caller
+        leaves ``confirmed`` to the ledger (``cmd.confirmed`` is not read): the
+        replacement is confirmed if the old memory is ``active`` when the supersession is
+        decided, which is after the retry check, since the first attempt changed that
+        state (a retry is the command as the caller gave it).
 
         Raises:
             UnknownMemoryError: ``memory_id`` is not known.
@@ -425,15 +437,27 @@ class Ledger:
                 for another purpose or scope, or is not ``active``/``needs_confirmation``;
                 or as ``write``.
         """
-        return self.supersede_many(principal, [(memory_id, cmd)], correlation_id)[0]
+        return self.supersede_many(
+            principal, [(memory_id, cmd)], correlation_id, confirmed_if_active=[confirmed_if_active]
+        )[0]
 
     @retry_aborted
     def supersede_many(
-        self, principal: Principal, replacements: Sequence[tuple[str, MemoryWrite]], correlation_id: str | None = None
+        self,
+        principal: Principal,
+        replacements: Sequence[tuple[str, MemoryWrite]],
+        correlation_id: str | None = None,
+        *,
+        confirmed_if_active: Sequence[bool] = (),
     ) -> list[CommandResult]:
         """Several supersessions (old memory id, replacement) in one transaction and one
         log batch, all or none, in the order given; e.g. every file of a directory the
-        memory tool renames. Raises as ``supersede`` (for the first one refused)."""
+        memory tool renames. ``confirmed_if_active[i]`` is ``supersede``'s
+        ``confirmed_if_active`` for ``replacements[i]`` (default: false for every one).
+        Raises as ``supersede`` (for the first one refused)."""
+        inherit = list(confirmed_if_active) or [False] * len(replacements)
+        if len(inherit) != len(replacements):
+            raise ValueError("confirmed_if_active: give one flag per replacement")
         for _, cmd in replacements:
             principal.require("write", cmd.subject_id)
         now = self._clock()
@@ -444,12 +468,13 @@ class Ledger:
             admitted = [(old, admit_write(self.policy, self.screener, cmd, now)) for old, cmd in replacements]  # no I/O
             state.lock_slots(conn, _slots(a.cmd for _, a in admitted))
             keys = [
-                admission.attempt_fingerprint(self._keyring.fingerprint, a.original, f"supersede {old}")
-                for old, a in admitted
+                admission.supersession_fingerprint(self._keyring.fingerprint, a.original, old, left)
+                for (old, a), left in zip(admitted, inherit, strict=True)
             ]
             attempts = admission.Attempts.lock(conn, keys)
             recorded[:] = [
-                self._replace(conn, old, a, k, attempts, now, corr) for (old, a), k in zip(admitted, keys, strict=True)
+                self._replace(conn, old, a, k, attempts, now, corr, confirmed_if_active=left)
+                for (old, a), k, left in zip(admitted, keys, inherit, strict=True)
             ]
             only = recorded[0].memory_id if len(recorded) == 1 else None
             return _Decision([e for r in recorded for e in r.events], memory_id=only)
@@ -466,15 +491,19 @@ class Ledger:
         attempts: admission.Attempts,
         now: datetime,
         corr: str,
+        *,
+        confirmed_if_active: bool = False,
     ) -> _Recorded:
         """One supersession inside the caller's transaction: the new memory's id and the
         events, or nothing when it repeats an attempt already recorded under ``key``
         (the old memory is superseded by then)."""
         cmd = admitted.cmd
         first = attempts.first(key)
-        if first is not None:
-            return _Recorded(first.memory_id, [], first)
+        if first is not None:  # a retry: checked before the old memory's state, which the first attempt changed
+            return _Recorded(first.memory_id, [], first, "supersession")
         old = self._one_head(conn, memory_id, cmd.subject_id, "memory_id")
+        if confirmed_if_active:  # the default of `confirmed`, decided on the state this supersession changes
+            cmd = cmd.model_copy(update={"confirmed": old.status == "active"})
         if old.subject_id != cmd.subject_id:
             raise InvalidCommandError("subject_id", "a supersession cannot cross subjects")
         if old.purpose != cmd.purpose:
@@ -1425,7 +1454,7 @@ def _results(recorded: Sequence[_Recorded], positions: Sequence[LogPosition]) ->
     start = 0
     for r in recorded:
         if r.first is not None:
-            results.append(_retried(r.first))
+            results.append(_retried(r.first, r.command))
             continue
         results.append(CommandResult(tuple(r.events), tuple(positions[start : start + len(r.events)]), r.memory_id))
         start += len(r.events)

@@ -42,7 +42,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from contracts import utc_now
+from contracts import iso_utc, utc_now
 from ledger.pgschema import ensure_schema
 from projections.vector_index import VectorIndex
 
@@ -168,8 +168,8 @@ def compact(
         steps.append(_redis(targets.redis, targets.embedded_redis, targets.redis_wait_s))
     report = CompactionReport(
         compaction_id=compaction_id,
-        started_at=started.isoformat(),
-        finished_at=utc_now().isoformat(),
+        started_at=iso_utc(started),
+        finished_at=iso_utc(utc_now()),
         complete=all(s.status in DONE_STATUSES for s in steps),
         steps=steps,
     )
@@ -202,7 +202,7 @@ def last_complete(conn: psycopg.Connection, after: datetime) -> LastCompaction:
         (after,),
     ).fetchone()
     if row is not None:
-        return LastCompaction(row[0].isoformat())
+        return LastCompaction(iso_utc(row[0]))
     partial = conn.execute(
         "SELECT finished_at, steps FROM compactions WHERE started_at >= %s ORDER BY started_at DESC LIMIT 1",
         (after,),
@@ -211,7 +211,7 @@ def last_complete(conn: psycopg.Connection, after: datetime) -> LastCompaction:
         return LastCompaction(None)
     steps = partial[1] if isinstance(partial[1], list) else json.loads(partial[1])
     left = tuple(f"{s['target']}: {s['detail']}" for s in steps if s["status"] not in DONE_STATUSES)
-    return LastCompaction(None, partial[0].isoformat(), left)
+    return LastCompaction(None, iso_utc(partial[0]), left)
 
 
 # -- steps --------------------------------------------------------------------------------

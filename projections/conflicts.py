@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from contracts import iso_utc
 from projections.facts import FactsTables
 
 LIVE_STATUSES = ("active", "needs_confirmation")
@@ -69,7 +70,7 @@ class Conflict:
             "key": self.key,
             "purpose": self.purpose,
             "scope": self.scope,
-            "detected_at": self.detected_at.isoformat(),
+            "detected_at": iso_utc(self.detected_at),
             "open": self.open,
             "merged_into": self.merged_into,
             "members": [
@@ -79,7 +80,7 @@ class Conflict:
                     "content": m.content,
                     "veracity": m.veracity,
                     "source": m.source,
-                    "written_at": m.written_at.isoformat() if m.written_at else None,
+                    "written_at": iso_utc(m.written_at) if m.written_at else None,
                 }
                 for m in self.members
             ],

@@ -12,6 +12,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from contracts import iso_utc
 from projections.trace import TraceTargets, trace
 from projections.wording import counted
 
@@ -136,8 +137,8 @@ def erasure_report(
             )
         )
     return ErasureReport(
-        since=since.isoformat(),
-        until=None if until is None else until.isoformat(),
+        since=iso_utc(since),
+        until=None if until is None else iso_utc(until),
         requests=tuple(summaries),
         withheld=len(rows) - len(ids),
     )

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from contracts import iso_utc
 from projections.ranking.fusion import fuse
 from projections.ranking.port import ranked
 
@@ -116,7 +117,7 @@ def item_from_row(
         scope={"type": row["scope_type"], "id": row["scope_id"]},
         provenance=row["provenance"],
         revision=row["revision"],
-        expires_at=row["expires_at"].isoformat() if row["expires_at"] else None,
+        expires_at=iso_utc(row["expires_at"]) if row["expires_at"] else None,
         sensitivity=row["sensitivity"],
         needs_confirmation=row["status"] == "needs_confirmation",
         matched_by=matched,

@@ -4,9 +4,10 @@ HTTP route, ``memledger memories``, the agent tools).
 
 Rows come from the stable facts views (the serving version); an erased memory has no
 fact row any more, so it is listed from the ``tombstones`` table, with its id, the
-request that erased it and when, and nothing else. Text, the provenance references and
-the scope id are returned only when the caller asks ``with_content`` (it holds a
-``read`` grant: the caller decides); the status, kind, key, purpose and revision are
+request that erased it and when, and nothing else. Text and the other fields the ledger
+seals as personal (``contracts.PersonalFields``: the key, the scope id, the provenance
+references) are returned only when the caller asks ``with_content`` (it holds a
+``read`` grant: the caller decides); the status, kind, purpose and revision are
 returned to every caller allowed to list. History rows keep ids, times, event types,
 producers and log positions only (no content, no fingerprint).
 
@@ -44,7 +45,8 @@ class MemoryEntry:
     """One memory of a subject. Times are aware UTC datetimes. ``superseded_by`` names
     the memory that replaced this one, ``supersedes`` the ones this one replaced;
     ``content`` is ``None`` unless asked for, or when the text may no longer be read
-    (revoked, expired, erased). ``erased_by`` is the erasure request of an erased memory,
+    (revoked, expired, erased); so are ``key``, the scope id and the provenance
+    references (sealed with the text). ``erased_by`` is the erasure request of an erased memory,
     whose other fields are then unknown (``None``, or empty). ``first_written_at`` is the
     ``written_at`` of the oldest fact row of the subject with the same purpose, scope and
     key (superseded rows count; erased, revoked and expired rows have no key any more):
@@ -239,7 +241,7 @@ def _entry(row: dict[str, Any], supersedes: list[str], with_content: bool) -> Me
         status=row["status"],
         revision=row["revision"],
         kind=row["kind"],
-        key=row["key"],
+        key=row["key"] if with_content else None,
         purpose=row["purpose"],
         scope={"type": row["scope_type"], "id": row["scope_id"] if with_content else None},
         sensitivity=row["sensitivity"],

@@ -31,7 +31,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 from redis.exceptions import RedisError
 
-from contracts import utc_now
+from contracts import iso_utc, utc_now
 from contracts.types import text_problem
 from ledger.principals import Principal
 from projections.cache import RecallCache
@@ -274,7 +274,7 @@ class Recall:
             except RedisError as exc:
                 log.warning("recall result not cached: %s", exc)
         return RecallResult(
-            items, degraded=degraded, tokens=_tokens(items), as_of=None if as_of is None else as_of.isoformat()
+            items, degraded=degraded, tokens=_tokens(items), as_of=None if as_of is None else iso_utc(as_of)
         )
 
     # -- ranking ---------------------------------------------------------------------------

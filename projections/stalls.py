@@ -17,6 +17,7 @@ from datetime import datetime
 
 import psycopg
 
+from contracts import iso_utc
 from ledger.pgschema import ensure_schema
 
 SCHEMA_SQL = """
@@ -48,7 +49,7 @@ class Stall:
             "partition": self.partition,
             "offset": self.offset,
             "reason": self.reason,
-            "since": self.since.isoformat(),
+            "since": iso_utc(self.since),
         }
 
 

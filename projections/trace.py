@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from contracts import iso_utc
 from ledger.dead_letters import DeadLetterProbe, ErasureScope, scope_of
 from projections.cache import RecallCache
 from projections.compaction import last_complete
@@ -215,7 +216,7 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         subject_id=subject,
         request_kind=kind,
         memory_ids=list(ids),
-        requested_at=requested_at.isoformat(),
+        requested_at=iso_utc(requested_at),
         requested_by=by,
         reason=reason,
         legal_basis=basis,
@@ -325,7 +326,7 @@ def _dlq_trace(targets: TraceTargets, scope: ErasureScope, purged: int, request:
     t = StoreTrace(
         store="dlq",
         status="pending",
-        applied_at=request.applied_at.isoformat(),
+        applied_at=iso_utc(request.applied_at),
         log_partition=request.log_partition,
         log_offset=request.log_offset,
         items_removed=purged,
@@ -426,7 +427,7 @@ def _store_trace(
         return t
     receipt = counting[0]
     t.projection = None if store == "log" else receipt.projection
-    t.applied_at, t.log_partition = receipt.applied_at.isoformat(), receipt.log_partition
+    t.applied_at, t.log_partition = iso_utc(receipt.applied_at), receipt.log_partition
     t.log_offset, t.items_removed = receipt.log_offset, receipt.items_removed
     t.latency_s = _latency(receipt.applied_at, requested_at)
     t.status = "applied" if found == 0 else ("failed" if found else "pending")
@@ -435,7 +436,7 @@ def _store_trace(
         existed = [r for r in receipts if r.created_at is not None and r.created_at <= requested_at]
         if existed:
             last = existed[-1]
-            t.removed_by, t.removed_at = last.projection, last.applied_at.isoformat()
+            t.removed_by, t.removed_at = last.projection, iso_utc(last.applied_at)
             t.latency_s = _latency(last.applied_at, requested_at)
     return t
 

@@ -40,6 +40,7 @@ from typing import Final
 
 import psycopg
 
+from contracts import iso_utc
 from ledger.pgschema import ensure_schema
 from projections import facts, summaries
 from projections.errors import VersionError
@@ -119,9 +120,9 @@ class VersionInfo:
             "id": self.id,
             "state": self.state,
             "embedder": None if e is None else {"name": e.name, "dim": e.dim, "model": e.model},
-            "created_at": self.created_at.isoformat(),
-            "swapped_at": None if self.swapped_at is None else self.swapped_at.isoformat(),
-            "retired_at": None if self.retired_at is None else self.retired_at.isoformat(),
+            "created_at": iso_utc(self.created_at),
+            "swapped_at": None if self.swapped_at is None else iso_utc(self.swapped_at),
+            "retired_at": None if self.retired_at is None else iso_utc(self.retired_at),
         }
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from contracts import PERSONAL_CONTEXT, EraseMemories, MemoryWrite, MemoryWritten, decode_event, utc_now
 from ledger.eventlog import read_all
@@ -73,12 +74,14 @@ def check_demo_dir(data_dir: Path) -> None:
 def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
     """Run the scenario in a fresh ``data_dir`` (wiped first: callers check it with
     ``check_demo_dir``); returns True when every check held."""
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(
+        highlight=False, soft_wrap=True, markup=False
+    )  # data is printed as it is: "[fact]", "[gdpr-art-17]"
     if data_dir.exists():
         shutil.rmtree(data_dir)
     data_dir.mkdir(parents=True)
     (data_dir / DEMO_MARKER).write_text("made by memledger demo: wiped by the next run\n", encoding="utf-8")
-    console.print(f"[bold]memory-ledger demo[/bold] (embedded default, data in {data_dir})")
+    console.print(f"[bold]memory-ledger demo[/bold] (embedded default, data in {escape(str(data_dir))})", markup=True)
     console.print("1. starting the embedded stores: PostgreSQL, Qdrant engine, Redis")
     svc = build(Settings(data_dir=data_dir, embedder=embedder))
     checks: list[tuple[str, bool]] = []
@@ -193,7 +196,7 @@ def run_demo(data_dir: Path, embedder: str = "minilm") -> bool:
     checks.append(("a write over HTTP is recalled at once", over_http(data_dir, embedder, SUBJECT, PURPOSE, console)))
     console.print("")
     for label, ok in checks:
-        console.print(f"  [{'green' if ok else 'red'}]{'ok  ' if ok else 'FAIL'}[/] {label}")
+        console.print(f"  [{'green' if ok else 'red'}]{'ok  ' if ok else 'FAIL'}[/] {escape(label)}", markup=True)
     passed = all(ok for _, ok in checks)
-    console.print("[bold]demo finished[/bold]: " + ("every check held" if passed else "a check FAILED"))
+    console.print("[bold]demo finished[/bold]: " + ("every check held" if passed else "a check FAILED"), markup=True)
     return passed

@@ -107,8 +107,8 @@ def test_a_withdrawal_matching_no_memory_is_refused_unless_allowed(run: Run, fre
     events = count(fresh_dsn, "SELECT count(*) FROM memory_events")
     err = refused(run, "revoke-consent", "alice", "--purpose", "technical_writting")
     assert err.strip() == (
-        "error: purpose: 'technical_writting' matches no memory of subject 'alice'; pass --allow-unmatched"
-        " (RevokeConsent.allow_unmatched) to withdraw consent before anything was written under it"
+        "error: purpose: 'technical_writting' matches no memory of subject 'alice'; give --allow-unmatched"
+        " to withdraw consent before anything was written under it"
     )
     err = refused(run, "revoke-consent", "alice", "--consent-ref", "c-l")
     assert err.startswith("error: consent_ref: 'c-l' matches no memory of subject 'alice'")
@@ -122,6 +122,84 @@ def test_a_withdrawal_matching_no_memory_is_refused_unless_allowed(run: Run, fre
         run, "write", "alice", "Alice likes promos", "--purpose", "marketing"
     )
     assert ok(run, "revoke-consent", "alice", "--consent-ref", "c-1", "--json")["affected"] == [mid]
+
+
+# -- the names refusals give ------------------------------------------------------------
+
+
+def test_refusals_name_the_clis_own_fields(run: Run, fresh_dsn: str) -> None:
+    write(run, "rita", "Rita likes tea")
+    events = count(fresh_dsn, "SELECT count(*) FROM memory_events")
+    card = ("write", "rita", "Rita's card is 4111 1111 1111 1111", "--purpose", PURPOSE)
+    err = refused(run, *card)  # screening raises it to personal
+    assert err.startswith("error: consent_ref: the content holds personal data (payment card number)"), err
+    assert "a personal memory requires a consent reference or --basis 'contract'" in err
+    assert "provenance." not in err and "retention." not in err
+    err = refused(run, "write", "rita", "Rita likes tea", "--purpose", PURPOSE, "--expires-at", "2001-01-01T00:00:00Z")
+    assert err.strip() == "error: expires_at: must be in the future (UTC)"
+    err = refused(run, "write", "rita", "Rita likes tea", "--purpose", PURPOSE, "--derived-from", "no-such-memory")
+    assert err.startswith("error: derived_from: "), err
+    assert count(fresh_dsn, "SELECT count(*) FROM memory_events") == events
+
+
+def test_a_permission_refusal_names_the_subject_field(run: Run) -> None:
+    write(run, "rita", "Rita likes tea")
+    err = refused(run, "--principal", "stranger", "memories", "rita")
+    assert err.strip() == "error: subject_id: principal 'stranger' may not read memories of subject 'rita'"
+    err = refused(run, "--principal", "stranger", "write", "rita", "Rita likes coffee", "--purpose", PURPOSE)
+    assert err.strip() == "error: subject_id: principal 'stranger' may not write memories of subject 'rita'"
+
+
+def test_what_screening_did_and_what_a_revocation_appended_are_said_in_full(run: Run) -> None:
+    card = ("write", "rita", "Rita's card is 4111 1111 1111 1111", "--purpose", PURPOSE, "--consent-ref", "c-1")
+    out = ok(run, *card)
+    assert out.rstrip().endswith("; screening: class raised from internal to personal (holds payment card number)")
+    tea = write(run, "rita", "Rita likes tea")
+    err = refused(run, "redact", "rita", tea, "Rita's mail is rita@example.com")
+    assert "replacement: holds personal data (email address), which an internal memory may not:" in err, err
+    out = ok(run, "revoke-consent", "rita", "--consent-ref", "c-1")
+    assert re.fullmatch(
+        r"consent revoked: 1 memory now revoked at partition \d+ offset \d+(, partition \d+ offset \d+)*\n", out
+    )
+
+
+# -- times in --json --------------------------------------------------------------------
+
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z")
+
+
+def times(data: Any, path: str = "") -> dict[str, str]:
+    """Every value of a key ending in ``_at`` (or named ``at``, ``since``, ``until``) in ``data``, by its path."""
+    found: dict[str, str] = {}
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else []
+    for k, v in items:
+        where = f"{path}.{k}"
+        if isinstance(k, str) and (k.endswith("_at") or k in ("at", "since", "until")) and v is not None:
+            found[where] = v
+        found |= times(v, where)
+    return found
+
+
+def test_every_time_in_json_output_is_iso_8601_utc_with_z(run: Run) -> None:
+    old = write(run, "alice", "Alice uses Python 3.11", "--key", "python_version")
+    ok(run, "supersede", old, "alice", "Alice uses Python 3.12")
+    gone = write(run, "alice", "Alice's phone is 555-0100")
+    request = ok(run, "erase", "alice", gone, "--json")["request_id"]
+    ok(run, "keys", "create", "support-agent", "--scope", "read", "--subject", "alice")
+    outputs = {
+        "memories": ok(run, "memories", "alice", "--all", "--json"),
+        "recall": ok(run, "recall", "alice", "Python", "--purpose", PURPOSE, "--json"),
+        "trace": ok(run, "trace", request, "--json"),
+        "erasure-report": ok(run, "erasure-report", "--since", "2000-01-01", "--json"),
+        "keys": ok(run, "keys", "list", "--json"),
+        "versions": ok(run, "versions", "--json"),
+    }
+    for command, data in outputs.items():
+        found = times(data)
+        assert found, command
+        bad = {where: v for where, v in found.items() if not (isinstance(v, str) and ISO_UTC.fullmatch(v))}
+        assert bad == {}, command
+    assert times(outputs["memories"])[".memories.0.first_written_at"]
 
 
 # -- counts in trace and erasure-report -------------------------------------------------
@@ -184,6 +262,21 @@ def test_supersede_records_where_the_replacement_came_from(run: Run) -> None:
     assert (prov["turn_id"], prov["tool_call_id"], prov["source_ref"]) == ("t-9", "call-4", "pyproject")
 
 
+def test_a_retried_supersession_answers_repeat_without_confirmed_given(run: Run, fresh_dsn: str) -> None:
+    old = write(run, "vic", "Vic lives in Oslo", "--key", "city", "--turn-id", "t-54")
+    args = ("supersede", old, "vic", "Vic lives in Bergen", "--turn-id", "t-55")
+    first = ok(run, *args, "--json")
+    events = count(fresh_dsn, "SELECT count(*) FROM memory_events")
+    again = ok(run, *args, "--json")  # `confirmed` left to its default both times
+    assert again["memory_id"] == first["memory_id"] and again["events"] == []
+    assert again["first_event_ids"] == [e["event_id"] for e in first["events"]]
+    assert again["repeat"].startswith("a retry of a supersession recorded at")
+    assert ok(run, *args).startswith("a retry of a supersession recorded at")
+    assert count(fresh_dsn, "SELECT count(*) FROM memory_events") == events
+    # another choice of `confirmed` in the same turn is another command, refused on the state
+    assert "is superseded" in refused(run, *args, "--unconfirmed")
+
+
 def test_another_subjects_memory_is_unknown_not_revealed(run: Run) -> None:
     bobs = write(run, "bob", "Bob drinks tea")
     err = refused(run, "confirm", "alice", bobs)
@@ -229,13 +322,14 @@ def test_memories_lists_status_revision_key_and_supersession(run: Run) -> None:
     assert every[old]["provenance"]["agent"] == "planner" and every[old]["provenance"]["writer"] == "cli"
     assert every[gone]["status"] == "erased" and every[gone]["erased_by"] == request and every[gone]["content"] is None
     assert f"  {gone} erased by {request} at " in ok(run, "memories", "alice", "--all")
-    # an erase-only principal sees the statuses, not the text
+    # an erase-only principal sees the statuses, not the text nor the other sealed fields (the key)
     grants = Path(os.environ["MEMLEDGER_DATA_DIR"]) / "grants.toml"
     grants.write_text(grants.read_text() + '\n[principals.dpo]\ngrants = [{ subjects = ["*"], actions = ["erase"] }]\n')
     listed = ok(run, "--principal", "dpo", "memories", "alice", "--json")["memories"]
-    assert (
-        [m["memory_id"] for m in listed] == [new]
-        and listed[0]["content"] is None
-        and listed[0]["key"] == "python_version"
-    )
+    assert [m["memory_id"] for m in listed] == [new]
+    assert listed[0]["content"] is None and listed[0]["key"] is None and listed[0]["scope"]["id"] is None
+    every = ok(run, "--principal", "dpo", "memories", "alice", "--all", "--json")["memories"]
+    assert [m["key"] for m in every] == [None, None, None]
+    text = ok(run, "--principal", "dpo", "memories", "alice", "--all")
+    assert "python_version" not in text and f"  {old} superseded rev 2 fact ({PURPOSE})" in text
     assert "may not read" in refused(run, "--principal", "stranger", "memories", "alice")

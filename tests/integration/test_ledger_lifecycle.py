@@ -545,7 +545,7 @@ def test_a_revocation_that_matches_no_memory_is_refused_and_writes_nothing(
     ledger.write(ALICE, memory_write(subject="bob", provenance=bob))
     before = ledger._log.end_offsets()
     with pytest.raises(
-        InvalidCommandError, match=r"matches no memory of subject 'alice'; pass --allow-unmatched"
+        InvalidCommandError, match=r"matches no memory of subject 'alice'; give allow_unmatched to withdraw"
     ) as info:
         ledger.revoke_consent(ALICE, RevokeConsent(subject_id="alice", **fields))
     assert info.value.field == field

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -264,7 +265,9 @@ def test_trace_after_a_rebuild_keeps_the_latency_of_the_version_that_held_the_co
     by_store = {s.store: s for s in report.stores}
     facts = by_store["facts"]
     assert (facts.projection, facts.rebuilt, facts.removed_by) == ("facts_v2", True, "facts_v1")
-    assert facts.status == "applied" and facts.applied_at is not None and facts.applied_at > v1_at.isoformat()
+    assert (
+        facts.status == "applied" and facts.applied_at is not None and datetime.fromisoformat(facts.applied_at) > v1_at
+    )
     requested = rows(svc, "SELECT requested_at FROM erasure_requests WHERE request_id = %s", request)[0][0]
     assert facts.latency_s == round((v1_at - requested).total_seconds(), 3)
     assert by_store["history"].rebuilt and by_store["history"].removed_by == "facts_v1"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError
+from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
 
 from contracts import (
     EVENT_TYPES,
@@ -51,7 +51,7 @@ from contracts import (
     encode_event,
 )
 from contracts.schema import SCHEMA_PATH, current_schema, render_schema
-from contracts.types import text_problem
+from contracts.types import iso_utc, text_problem
 
 # --------------------------------------------------------------------------- strategies
 
@@ -1103,3 +1103,12 @@ def test_text_that_no_store_can_hold_is_named_by_its_rule(text: str, rule: str) 
 
 def test_text_with_tabs_newlines_and_any_script_is_accepted() -> None:
     assert text_problem("thé\tau lait\r\n日本語 🍵") is None
+
+
+def test_a_time_as_text_is_iso_8601_utc_with_z_as_the_http_api_writes_it() -> None:
+    moment = datetime(2026, 12, 2, 9, 3, 6, 109607, tzinfo=timezone(timedelta(hours=2)))
+    assert iso_utc(moment) == "2026-12-02T07:03:06.109607Z"
+    assert iso_utc(moment.replace(microsecond=0)) == "2026-12-02T07:03:06Z"
+    assert iso_utc(moment) == TypeAdapter(AwareDatetime).dump_python(moment.astimezone(UTC), mode="json")
+    with pytest.raises(ValueError, match="naive"):
+        iso_utc(datetime(2026, 12, 2, 7, 3, 6))

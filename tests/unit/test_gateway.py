@@ -13,8 +13,9 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from contracts import EraseMemories
+from contracts import EraseMemories, utc_now
 from ledger.errors import InvalidCommandError, NotAuthorisedError, UnknownMemoryError
+from tests.builders import memory_write
 from workers.api import parse_positions
 from workers.api.problems import problem
 from workers.client import LedgerClient, RateLimited, RetryPolicy
@@ -80,12 +81,20 @@ def test_the_fingerprint_covers_method_path_and_body() -> None:
 
 
 def test_ledger_errors_become_gateway_errors_with_their_field() -> None:
-    assert isinstance(translate(NotAuthorisedError("p", "read", "s")), ForbiddenError)
+    forbidden = translate(NotAuthorisedError("p", "read", "s"))
+    assert isinstance(forbidden, ForbiddenError) and forbidden.field == "subject_id"
+    assert forbidden.rule == "principal 'p' may not read memories of subject 's'"
     missing = translate(UnknownMemoryError("m-1", "memory_ids"))
     assert isinstance(missing, NotFoundError) and missing.field == "memory_ids"
     assert isinstance(translate(InvalidCommandError("memory_id", "memory 'm' is erased")), ConflictError)
     invalid = translate(InvalidCommandError("retention.expires_at", "must be in the future"))
-    assert isinstance(invalid, InvalidRequestError) and invalid.field == "retention.expires_at"
+    assert isinstance(invalid, InvalidRequestError) and invalid.field == "expires_at"  # the body's field
+    basis = translate(InvalidCommandError("provenance.consent_ref", "needs provenance.consent_ref or retention.basis"))
+    assert (basis.field, basis.rule) == ("consent_ref", "needs consent_ref or basis")
+    with pytest.raises(ValidationError) as nested:
+        memory_write(provenance={"writer": "cli", "written_at": utc_now(), "consent_ref": ""})
+    empty = translate(nested.value)
+    assert empty.field == "consent_ref" and "provenance" not in empty.rule
     with pytest.raises(ValidationError) as caught:
         EraseMemories(subject_id="s", reason="r")
     whole = translate(caught.value)

@@ -149,6 +149,13 @@ def test_the_store_reads_without_refreshing_and_refuses_an_index_of_its_own() ->
         LedgerStore("http://127.0.0.1:9", "t", index={"dims": 3, "embed": lambda texts: [[0.0] * 3 for _ in texts]})
     with pytest.raises(InvalidValueError, match="sensitivity: must be one of"):
         LedgerStore("http://127.0.0.1:9", "t", sensitivity="secret")
+    for needs_consent in ("personal", "restricted"):  # refused at once, not at every put
+        with pytest.raises(InvalidValueError) as refused:
+            LedgerStore("http://127.0.0.1:9", "t", sensitivity=needs_consent)
+        assert str(refused.value) == (
+            f"sensitivity: {needs_consent} memories need a consent reference, which the store does not write;"
+            " use internal or public"
+        )
 
 
 class Scripted:

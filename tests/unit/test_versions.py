@@ -58,7 +58,7 @@ def test_version_info_id_and_dict() -> None:
         "id": "vectors_v2",
         "state": "building",
         "embedder": {"name": "minilm", "dim": 384, "model": "all-MiniLM-L6-v2/int8"},
-        "created_at": "2026-11-29T12:00:00+00:00",
+        "created_at": "2026-11-29T12:00:00Z",
         "swapped_at": None,
         "retired_at": None,
     }

@@ -28,15 +28,17 @@ from contracts import (
     EraseMemories,
     MemoryConfirmed,
     MemoryWrite,
+    MemoryWritten,
     RedactMemory,
     RevokeConsent,
-    describe_validation_error,
+    SummaryDerived,
     utc_now,
 )
 from ledger.errors import (
     AcknowledgementLostError,
     InvalidCommandError,
     LedgerError,
+    NotAuthorisedError,
     NotWrittenError,
     OutcomeUnknownError,
 )
@@ -47,7 +49,7 @@ from projections.wording import counted
 from workers import interrupts, wire
 from workers.cli import util as cliutil
 from workers.cli.util import emit, parse_time, project_if_embedded, services
-from workers.gateway import GatewayError, commands
+from workers.gateway import GatewayError, commands, fields
 
 app = typer.Typer(
     help="memory-ledger: an event-sourced memory ledger for AI agents.",
@@ -108,7 +110,9 @@ def _screened(r: CommandResult) -> str:
     personal = [f.kind.replace("_", " ") for f in s.findings if f.category == "personal"]
     parts = [f"replaced {', '.join(replaced)}"] if replaced else []
     if s.raised_from is not None:
-        parts.append(f"class raised from {s.raised_from} (holds {', '.join(personal)})")
+        written = (e for e in r.events if isinstance(e, MemoryWritten | SummaryDerived) and e.memory_id == r.memory_id)
+        raised_to = next(e.memory.sensitivity for e in written)  # the screened event (CommandResult.screening)
+        parts.append(f"class raised from {s.raised_from} to {raised_to} (holds {', '.join(personal)})")
     elif personal:
         parts.append(f"holds {', '.join(personal)}")
     return f"; screening: {'; '.join(parts)}"
@@ -260,7 +264,7 @@ def supersede(
         }
         change = wire.Supersede.model_validate({k: v for k, v in req.items() if v is not None})
         cmd = commands.replacement(subject, old, change, svc.principal().id, purpose=purpose, scope=scope)
-        r = svc.ledger.supersede(svc.principal(), memory_id, cmd)
+        r = svc.ledger.supersede(svc.principal(), memory_id, cmd, confirmed_if_active=commands.leaves_confirmed(change))
         project_if_embedded(svc)
     emit(
         as_json,
@@ -299,7 +303,11 @@ def revoke_consent(
     with services() as svc:
         r = svc.ledger.revoke_consent(svc.principal(), cmd)
         project_if_embedded(svc)
-    emit(as_json, _result(r), lambda: r.repeat or f"consent revoked: {_memories(len(r.affected))} now revoked")
+    emit(
+        as_json,
+        _result(r),
+        lambda: r.repeat or f"consent revoked: {_memories(len(r.affected))} now revoked at {_where(r)}",
+    )
 
 
 @app.command()
@@ -501,11 +509,14 @@ _USER_ERRORS = (
 
 
 def _describe(exc: BaseException) -> str:
-    """One line for a user error; a file error names the file and what went wrong
+    """One line for a user error, ``field: rule`` in the CLI's names
+    (``workers.gateway.fields``); a file error names the file and what went wrong
     (``path: cannot be opened or written: No such file or directory``)."""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         return f"{exc.filename}: cannot be opened or written: {exc.strerror}"
-    return str(exc)
+    if isinstance(exc, InvalidCommandError | NotAuthorisedError | GatewayError):
+        return ": ".join(fields.refusal(exc.field, exc.rule, "cli"))
+    return fields.line(str(exc), "cli")
 
 
 def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int:
@@ -527,7 +538,7 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
             print(f"error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     except ValidationError as exc:
-        print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
+        print(f"error: {fields.describe_validation(exc, 'cli')}", file=sys.stderr)
         return 2
     except (NotWrittenError, AcknowledgementLostError, OutcomeUnknownError) as exc:  # not a refusal: see README
         print(f"error: {exc}", file=sys.stderr)

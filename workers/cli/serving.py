@@ -43,8 +43,8 @@ def _key_dict(key: ApiKey) -> dict[str, object]:
         "subjects": list(key.subjects),
         "label": key.label,
         "operator": key.operator,
-        "created_at": key.created_at.isoformat(),
-        "revoked_at": None if key.revoked_at is None else key.revoked_at.isoformat(),
+        "created_at": key.created_at,  # emit writes every datetime in the API's form
+        "revoked_at": key.revoked_at,
     }
 
 
@@ -124,7 +124,7 @@ def audit(
     rows = [
         {
             "id": e.id,
-            "at": e.at.isoformat(),
+            "at": e.at,
             "principal": e.principal,
             "key_id": e.key_id,
             "subject_id": e.subject_id,
@@ -157,7 +157,8 @@ def memories(
     as_json: JsonOpt = False,
 ) -> None:
     """SUBJECT's memories with status, revision, key and what superseded what (live ones
-    unless --all). Needs a read or an erase grant; the text is shown with a read grant only."""
+    unless --all). Needs a read or an erase grant; the text and the key are shown with a read
+    grant only."""
     with services(own_vectors=False, projections=("facts",)) as svc:
         content = svc.principal().may_list(subject)
         project_if_embedded(svc)
@@ -171,10 +172,7 @@ def memories(
 def _entry_dict(m: MemoryEntry) -> dict[str, object]:
     from dataclasses import asdict
 
-    out = asdict(m)
-    for name in ("written_at", "updated_at", "expires_at", "erased_at"):
-        out[name] = None if out[name] is None else out[name].isoformat()
-    return out
+    return asdict(m)  # its times are datetimes, which emit writes in the API's form
 
 
 def render_memories(entries: list[MemoryEntry], subject: str, next_after: str | None) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from contracts import iso_utc
 from projections.errors import ProjectionStalledError
 from projections.runner import RetryPolicy
 from workers.bootstrap import PROJECTION_NAMES, Services, build
@@ -96,11 +97,17 @@ def parse_time(value: str | None, field: str) -> datetime | None:
 
 
 def emit(as_json: bool, data: Any, text: Callable[[], str] | str) -> None:
-    """Print ``data`` as JSON, or the human text."""
+    """Print ``data`` as JSON (every datetime in it as ISO 8601 UTC with ``Z``,
+    ``contracts.iso_utc``, as the HTTP API gives times), or the human text."""
     if as_json:
-        print(json.dumps(data, indent=2, default=str))
+        print(json.dumps(data, indent=2, default=_json_value))
     else:
         print(text() if callable(text) else text)
+
+
+def _json_value(value: object) -> str:
+    """A value ``json`` cannot write: a datetime in the API's form, anything else as text."""
+    return iso_utc(value) if isinstance(value, datetime) else str(value)
 
 
 def warn(message: str) -> None:

@@ -79,9 +79,12 @@ def replacement(
 ) -> MemoryWrite:
     """The ``MemoryWrite`` that replaces ``old``: fields ``req`` leaves out come from the
     old memory, except where the replacement came from (turn, tool call, source: a new
-    statement); confirmed if the old one was active, unless ``req.confirmed`` says. The
-    purpose and scope are the old memory's unless given (the ledger refuses a change:
-    the CLI passes what its user typed, to get that refusal). Raises as ``memory_write``."""
+    statement) and ``confirmed``: as ``req`` gives it, false when left out, and then the
+    caller passes ``Ledger.supersede``'s ``confirmed_if_active`` (``leaves_confirmed``),
+    so that the ledger decides it on the old memory's state when it supersedes it, after
+    its retry check. The purpose and scope are the old memory's unless given (the ledger
+    refuses a change: the CLI passes what its user typed, to get that refusal). Raises as
+    ``memory_write``."""
     return memory_write(
         subject_id,
         wire.WriteMemory(
@@ -98,12 +101,18 @@ def replacement(
             tool_call_id=req.tool_call_id,
             source_ref=req.source_ref,
             derived_from=list(old.derived_from) if req.derived_from is None else req.derived_from,
-            confirmed=old.status == "active" if req.confirmed is None else req.confirmed,
+            confirmed=bool(req.confirmed),
             veracity=req.veracity,
             agent=req.agent,
         ),
         writer,
     )
+
+
+def leaves_confirmed(req: wire.Supersede) -> bool:
+    """Whether ``req`` leaves the replacement's ``confirmed`` to the ledger (its default:
+    confirmed if the old memory is active, ``Ledger.supersede``'s ``confirmed_if_active``)."""
+    return req.confirmed is None
 
 
 def erase_command(subject_id: str, req: wire.Erase) -> EraseMemories:

@@ -26,7 +26,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
-from contracts import describe_validation_error, utc_now
+from contracts import utc_now
 from ledger.errors import (
     AcknowledgementLostError,
     EventLogError,
@@ -51,7 +51,7 @@ from projections.vector_index import VectorIndexError
 from projections.wording import counted
 from workers import wire
 from workers.bootstrap import Services
-from workers.gateway import commands, positions, schema
+from workers.gateway import commands, fields, positions, schema
 from workers.gateway.audit import AuditLog
 from workers.gateway.errors import (
     ConflictError,
@@ -265,7 +265,8 @@ class Gateway:
             )
             for mid, req in replacements
         ]
-        return self.svc.ledger.supersede_many(caller.principal, cmds)
+        inherit = [commands.leaves_confirmed(req) for _, req in replacements]
+        return self.svc.ledger.supersede_many(caller.principal, cmds, confirmed_if_active=inherit)
 
     def confirm(self, caller: Caller, subject_id: str, memory_id: str) -> wire.CommandAck:
         """The subject confirmed ``memory_id``. Raises as ``supersede``."""
@@ -352,12 +353,17 @@ class Gateway:
         unexpired: bool = False,
     ) -> wire.MemoryPage:
         """A page of ``subject_id``'s memories with status, key, revision and what
-        superseded what (text only with a read grant); audited as an export. Needs a read
-        or an erase grant. ``purpose``, ``key``, ``key_prefix`` and ``unexpired`` (not
-        expired at the server's UTC now) narrow it (``projections.memories.list_memories``).
+        superseded what (text, key and the other sealed fields only with a read grant);
+        audited as an export. Needs a read or an erase grant. ``purpose``, ``key``,
+        ``key_prefix`` and ``unexpired`` (not expired at the server's UTC now) narrow it
+        (``projections.memories.list_memories``); narrowing by key needs a read grant,
+        since it would tell the key.
         Raises ForbiddenError, NotFoundError, InvalidRequestError, UnavailableError."""
         with self._guard(caller, subject_id):
             content = self._list_grant(caller, subject_id)
+            for name, given in (("key", key), ("key_prefix", key_prefix)):
+                if given is not None and not content:
+                    raise ForbiddenError(name, "narrowing by key needs a read grant: the key is sealed, as the text is")
             self._wait(wait_for, ("facts",), wait_timeout_s)
             page = list_memories(
                 self.svc.pool,
@@ -653,28 +659,26 @@ def translate(exc: Exception) -> GatewayError:
     if isinstance(exc, OutcomeUnknownError):
         return UnavailableError("store", _first_line(exc), STORE_DOWN_RETRY_S)
     if isinstance(exc, NotAuthorisedError):
-        return ForbiddenError("subject_id", str(exc))
+        return ForbiddenError(exc.field, exc.rule)
     if isinstance(exc, UnknownMemoryError):
-        return NotFoundError(exc.field, exc.rule)
+        return NotFoundError(*fields.refusal(exc.field, exc.rule, "http"))
     if isinstance(exc, UnknownRequestError):
         return NotFoundError("request_id", f"no erasure request {exc.request_id!r} is known")
     if isinstance(exc, InvalidCommandError):
-        if _STATE_RULE.search(exc.rule):
-            return ConflictError(exc.field, exc.rule)
-        return InvalidRequestError(exc.field, exc.rule)
+        field, rule = fields.refusal(exc.field, exc.rule, "http")  # in the body's names
+        return ConflictError(field, rule) if _STATE_RULE.search(rule) else InvalidRequestError(field, rule)
     if isinstance(exc, RecallError):
-        return InvalidRequestError(exc.field, exc.rule)
+        return InvalidRequestError(*fields.refusal(exc.field, exc.rule, "http"))
     if isinstance(exc, ValidationError):
-        first = exc.errors(include_url=False)[0]
-        field = ".".join(str(p) for p in first["loc"])
-        text = describe_validation_error(exc)
-        if not field:  # a rule of the whole command names its field itself: "memory_ids: give ..."
-            field, _, rule = text.partition(": ")
-            return InvalidRequestError(field, rule) if rule else InvalidRequestError("body", text)
+        problems = fields.validation_problems(exc, "http")
+        field, rule = problems[0]
+        text = "; ".join(f"{f}: {r}" if f else r for f, r in problems)
+        if not field:  # a rule of the whole command that names no field
+            return InvalidRequestError("body", text)
         return InvalidRequestError(field, text.removeprefix(f"{field}: "))
     if isinstance(exc, EventLogError):
         return UnavailableError("log", _first_line(exc), STORE_DOWN_RETRY_S)
-    field, sep, rule = str(exc).partition(": ")
+    field, sep, rule = fields.line(str(exc), "http").partition(": ")
     if sep and re.fullmatch(r"[A-Za-z_.\-]+", field):
         return InvalidRequestError(field, rule)
     return InvalidRequestError("request", str(exc))

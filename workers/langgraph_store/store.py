@@ -31,6 +31,14 @@ KEPT_ERASURES = 1000
 """Erasure receipts a store keeps (``LedgerStore.erasures``), the newest."""
 
 
+WRITABLE_CLASSES = ("internal", "public")
+"""The sensitivity classes the store may write in: the checked-in retention policy
+(``ledger/retention.toml``) requires a consent reference on every ``restricted`` memory,
+and on every ``personal`` one unless its basis is ``contract``; the store gives neither
+(a consent is the subject's, not the store's), so every put in those classes would be
+refused."""
+
+
 class LedgerStore(BaseStore):
     """LangGraph's long-term memory store backed by the ledger, through ``memledger
     serve`` at ``base_url`` with API key ``token`` (``memledger keys create``; read and
@@ -61,8 +69,8 @@ class LedgerStore(BaseStore):
 
     Raises (at construction):
         UnsupportedError: ``index``, or a ``ttl`` setting the ledger does not honour.
-        InvalidValueError: ``sensitivity``, ``max_value_bytes`` or ``wait_timeout_s``
-            out of range.
+        InvalidValueError: ``sensitivity`` not a class, or one outside
+            ``WRITABLE_CLASSES``; ``max_value_bytes`` or ``wait_timeout_s`` out of range.
     """
 
     supports_ttl = True
@@ -87,6 +95,12 @@ class LedgerStore(BaseStore):
             )
         if sensitivity not in get_args(Sensitivity):
             raise InvalidValueError("sensitivity", f"must be one of {', '.join(get_args(Sensitivity))}")
+        if sensitivity not in WRITABLE_CLASSES:
+            raise InvalidValueError(
+                "sensitivity",
+                f"{sensitivity} memories need a consent reference, which the store does not write;"
+                f" use {' or '.join(WRITABLE_CLASSES)}",
+            )
         if not 1 <= max_value_bytes <= values.CONTENT_MAX_CHARS:
             raise InvalidValueError("max_value_bytes", f"must be between 1 and {values.CONTENT_MAX_CHARS}")
         if not 0 <= wait_timeout_s <= 60:

@@ -283,11 +283,12 @@ class RecallResult(Response):
 
 
 class MemoryOut(Response):
-    """A memory with its status. ``content``, the scope id and the provenance references
-    only for a caller with a read grant; ``erased_by``/``erased_at`` for an erased one.
-    ``first_written_at``: when the oldest memory of the subject that still holds this
-    one's key in its purpose and scope was written (superseded ones count; erased,
-    revoked and expired ones hold no key): since when the key has had a value."""
+    """A memory with its status. ``content``, ``key``, the scope id and the provenance
+    references (the fields the ledger seals) only for a caller with a read grant;
+    ``erased_by``/``erased_at`` for an erased one. ``first_written_at``: when the oldest
+    memory of the subject that still holds this one's key in its purpose and scope was
+    written (superseded ones count; erased, revoked and expired ones hold no key): since
+    when the key has had a value."""
 
     memory_id: str
     subject_id: str
