@@ -7,6 +7,7 @@ nothing; secrets are refused (or replaced) and personal data raises a memory's c
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -184,6 +185,33 @@ def test_retried_commands_change_nothing_and_another_turn_reinforces(svc: Servic
     replay_every_projection(svc)
     confidence_of_two_turns()
     assert facts_rows(svc) == live
+
+
+def test_a_retry_that_differs_only_in_white_space_or_normal_form_is_a_retry(svc: Services) -> None:
+    p = svc.principal()
+
+    def seats(content: str, turn: str = "turn-7") -> Any:
+        prov = {"writer": "test-agent", "written_at": utc_now(), "turn_id": turn}
+        return memory_write(content=content, veracity="tool", confirmed=False, provenance=prov)
+
+    first = svc.ledger.write(p, seats("Sam prefers the café window seats"))
+    ends = svc.log.end_offsets()
+    nfd = unicodedata.normalize("NFD", "Sam prefers the café window seats")
+    for again in ("Sam prefers the café window seats\n", "Sam prefers the café window seats ", f" {nfd}"):
+        retried = svc.ledger.write(p, seats(again))
+        assert (retried.events, retried.memory_id) == ((), first.memory_id) and retried.repeat, repr(again)
+    assert svc.log.end_offsets() == ends
+    restated = svc.ledger.write(p, seats("Sam prefers the café window seats ", turn="turn-8"))
+    assert [e.type for e in restated.events] == ["MemoryReinforced"]  # another turn is new evidence
+    svc.catch_up()
+
+    def confidence_of_two_turns() -> None:
+        row = one(svc, f"SELECT confidence, content FROM {STABLE.facts} WHERE memory_id = %s", first.memory_id)
+        assert row == (0.75, "Sam prefers the café window seats")  # 1 - 0.5 * 0.5: two turns, not five attempts
+
+    confidence_of_two_turns()
+    replay_every_projection(svc)
+    confidence_of_two_turns()
 
 
 def test_secrets_are_refused_or_replaced_and_personal_data_raises_the_class(
