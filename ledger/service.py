@@ -799,8 +799,7 @@ class Ledger:
             hmacs = state.content_hmacs(conn, targets)
             earlier = state.lock_heads(conn, state.earlier_versions(conn, targets))
             successors = {m: h for m, h in heads_by_id.items() if m in targets}
-            predecessors = [h for h in earlier.values() if h.superseded_by in successors]
-            reinstated = supersession.reinstatements(successors, predecessors, now)
+            reinstated = supersession.reinstatements(successors, list(earlier.values()), now)
             left = supersession.holding_content(earlier, sorted(earlier))
             self._destroy_keys(conn, targets, now)  # the head keeps ids, times and statuses only
             if cmd.whole_subject:

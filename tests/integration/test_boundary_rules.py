@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from contracts import EraseMemories, MemoryWritten, RevokeConsent, utc_now
+from contracts import EraseMemories, MemoryReinstated, MemoryWritten, RevokeConsent, utc_now
 from ledger.detectors import Screener
 from ledger.errors import InvalidCommandError
 from ledger.screening import SecretFoundError, load_screening_policy
@@ -108,6 +108,61 @@ def test_an_earlier_version_awaits_confirmation_when_its_replacement_is_erased(s
     svc.catch_up()
     assert old in recall_ids(svc, "where does Sam work")
     assert one(svc, "SELECT status FROM ledger_memories WHERE memory_id = %s", old) == "active"
+
+
+def test_the_nearest_version_not_erased_awaits_confirmation_when_a_chain_loses_its_live_end(svc: Services) -> None:
+    p = svc.principal()
+    a = write(svc, "Sam works at Foo Industries", "turn-1", key="employer")
+    b = write(svc, "Sam now works at Bar Logistics", "turn-2", key="employer")
+    c = write(svc, "Sam now works at Baz Shipping", "turn-3", key="employer")  # A <- B <- C
+    other = write(svc, "Sam commutes by train", "turn-4")
+    summary = write(
+        svc,
+        "Sam works at Baz Shipping and commutes by train",
+        "turn-5",
+        kind="summary",
+        provenance={"writer": "summariser", "derived_from": [c, other]},
+    )
+    middle = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(b,), reason="subject asked"))
+    assert (middle.reinstated, middle.earlier_versions) == ((), (a,))  # C is the answer: A stays superseded
+    svc.catch_up()
+    assert c in recall_ids(svc, "where does Sam work")  # a recall result cached before the erasure
+    r = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(c,), reason="subject asked"))
+    assert [e.type for e in r.events][:2] == ["ErasureRequested", "MemoryReinstated"]
+    assert (r.reinstated, r.earlier_versions) == ((a,), (a,))
+    [reinstated] = [e for e in r.events if isinstance(e, MemoryReinstated)]
+    assert (reinstated.memory_id, reinstated.replacement) == (a, c)
+    svc.catch_up()
+
+    def the_oldest_version_awaits_confirmation() -> None:
+        assert one(svc, f"SELECT status, superseded_by FROM {STABLE.facts} WHERE memory_id = %s", a) == (
+            "needs_confirmation",
+            None,
+        )
+        assert one(svc, f"SELECT count(*) FROM {STABLE.facts} WHERE memory_id = ANY(%s)", [b, c]) == 0
+        assert point_status(svc, a) == "needs_confirmation"
+        assert point_status(svc, b) is None and point_status(svc, c) is None
+        assert a not in recall_ids(svc, "where does Sam work")  # only with the unconfirmed
+        unconfirmed = recall_ids(svc, "where does Sam work", include_unconfirmed=True)
+        assert a in unconfirmed and b not in unconfirmed and c not in unconfirmed and summary not in unconfirmed
+        with svc.pool.connection() as conn:
+            texts = [str(t) for (t,) in conn.execute("SELECT content FROM summaries").fetchall()]
+        assert texts and not any("Baz" in t for t in texts)  # regenerated from what remains
+        report = trace(svc.pool, r.request_id or "", svc.trace_targets())
+        assert report.verdict == "complete", report
+        assert report.earlier_versions == [EarlierVersion(a, "needs_confirmation", True, True)]
+
+    the_oldest_version_awaits_confirmation()
+    live = facts_rows(svc)
+    replay_every_projection(svc)
+    the_oldest_version_awaits_confirmation()
+    assert facts_rows(svc) == live
+
+    confirmed = svc.ledger.confirm(p, "alice", a)
+    assert [e.type for e in confirmed.events] == ["MemoryConfirmed"]
+    svc.catch_up()
+    assert a in recall_ids(svc, "where does Sam work")
+    assert one(svc, "SELECT status FROM ledger_memories WHERE memory_id = %s", a) == "active"
 
 
 def test_an_erasure_with_its_history_leaves_no_version_readable(svc: Services) -> None:
