@@ -391,6 +391,9 @@ def test_the_cli_goes_through_serve_with_the_same_output(embedded: serving.Serve
         (("rotate-master-key", "--new-key-file", "k"), "rotate-master-key: memledger serve (pid"),
         (("write", "zed", "x", "--purpose", PURPOSE, "--writer", "someone"), "provenance.writer"),
         (("--principal", "stranger", "recall", "zed", "x", "--purpose", PURPOSE), "may not read"),
+        # not UTF-8 (a Latin-1 terminal's "café"): the line the CLI prints without serve
+        (("write", "zed", "caf\udce9", "--purpose", PURPOSE), "error: content: Input should be a valid string"),
+        (("write", "zed", "x", "--purpose", "caf\udce9"), "error: purpose: Input should be a valid string"),
     ):
         proc = cli.run(*args, check=False)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and words in proc.stderr, proc.stderr
