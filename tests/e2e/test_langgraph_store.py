@@ -234,6 +234,7 @@ def test_refusals_name_the_field_and_write_nothing(pair: tuple[Agent, Agent]) ->
         (lambda: agent.store.list_namespaces(), NamespaceError, "prefix"),
         (lambda: agent.store.batch([PutOp((s, p), "ok", {"x": 1}), PutOp((s,), "k", {})]), NamespaceError, "namespace"),
         (lambda: agent.store.put((s, p), "k", {"x": 10**5000}), InvalidValueError, "value.x"),
+        (lambda: agent.store.search((s, p), filter={"x": {"$eq": float("nan")}}), InvalidValueError, "filter.x.$eq"),
     ]:
         with pytest.raises(error) as refused:
             run()

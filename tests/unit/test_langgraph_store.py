@@ -282,6 +282,9 @@ def test_a_memory_without_the_items_source_is_no_item_since_a_delete_would_not_r
         (SearchOp(("a", "p"), filter=[1, 2]), "filter", "must be a mapping"),  # type: ignore[arg-type]
         (SearchOp(("a", "p"), filter={1: "x"}), "filter", "field names"),  # type: ignore[dict-item]
         (PutOp(("a", "p"), "k", {"a": [10**5000]}), "value.a[0]", "an integer of more than 4300 digits"),
+        (SearchOp(("a", "p"), filter={"a": object()}), "filter.a", "a value of type object is not JSON"),
+        (SearchOp(("a", "p"), filter={"a": {"$eq": float("nan")}}), "filter.a.$eq", "nan is not a JSON number"),
+        (SearchOp(("a", "p"), filter={"a": [{"$ne": object()}]}), "filter.a[0].$ne", "not JSON"),
     ],
 )
 def test_input_python_would_choke_on_is_refused_naming_the_field(op: Any, field: str, rule: str) -> None:
