@@ -165,9 +165,11 @@ class MemoryRedacted(Envelope):
 
 
 class MemoryReinstated(Envelope):
-    """A superseded memory is live again, awaiting confirmation: the memory that had
+    """A superseded memory is live again, awaiting confirmation: the live memory that had
     superseded it, ``replacement``, was erased (``reason`` ``replacement_erased``), so its
-    slot would otherwise have no answer. Its status becomes ``needs_confirmation``: it is
+    slot would otherwise have no answer. ``replacement`` superseded it directly or through
+    versions erased before (``A <- B <- C``, ``B`` erased, then ``C``: ``A`` is
+    reinstated, ``replacement`` is ``C``; ``ledger.supersession``). Its status becomes ``needs_confirmation``: it is
     recalled only with unconfirmed memories, and ``confirm`` makes it ``active`` again.
     ``causation_id`` is the event id of the ``ErasureRequested``.
 

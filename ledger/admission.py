@@ -6,7 +6,8 @@ consent must name; and when a command is a repeat that changes nothing.
 Repeats (a client that retries after a timeout must not change the ledger twice):
 
 - a write (or supersession) that names a turn id or tool call id, made again with the
-  same turn or tool call and the same fields (everything but ``provenance.written_at``), is
+  same turn or tool call and the same fields (everything but ``provenance.written_at``;
+  the text compared as reinforcement compares it, ``ledger.policy.normalise_statement``), is
   a retry: nothing is appended and the result names the memory the first attempt ended
   in and its events (``Attempts``). The fields are those the caller gave: a default the
   ledger decides from the state (a replacement's ``confirmed``) is compared as left to it,
@@ -36,6 +37,7 @@ from contracts import MemoryWrite, RevokeConsent
 from contracts.types import with_article
 from ledger import state
 from ledger.errors import InvalidCommandError, UnknownMemoryError
+from ledger.policy import normalise_statement
 
 SENSITIVITY_ORDER = ("public", "internal", "personal", "restricted")
 """Sensitivity classes from least to most sensitive."""
@@ -148,13 +150,17 @@ def attempt_fingerprint(fingerprint: Callable[[str], str], cmd: MemoryWrite, ope
     """The keyed fingerprint (``Keyring.fingerprint``: HMAC-SHA256, hex) under which an
     attempt of ``cmd`` is remembered: of ``operation`` (``write``, ``write supersede_key``,
     or ``supersede <id>``) and every field of the command as given but
-    ``provenance.written_at`` (a client stamps each attempt anew). ``None`` when the
-    command names neither a turn id nor a tool call id: then a repeat cannot be told
-    from a restatement."""
+    ``provenance.written_at`` (a client stamps each attempt anew), with ``content`` in
+    the form under which two statements are the same
+    (``ledger.policy.normalise_statement``, the one reinforcement compares): an attempt
+    that differs only in white space, case, Unicode normal form or end punctuation is
+    the same attempt, not new evidence. ``None`` when the command names neither a turn
+    id nor a tool call id: then a repeat cannot be told from a restatement."""
     if cmd.provenance.turn_id is None and cmd.provenance.tool_call_id is None:
         return None
     fields = cmd.model_dump(mode="json")
     del fields["provenance"]["written_at"]
+    fields["content"] = normalise_statement(cmd.content)
     canonical = json.dumps({"operation": operation, "command": fields}, sort_keys=True, separators=(",", ":"))
     return fingerprint("attempt\x00" + canonical)
 

@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class LedgerError(Exception):
     """Base of every error raised by :mod:`ledger`."""
 
 
 class InvalidCommandError(LedgerError):
-    """A command broke a rule. ``field`` names the field, ``rule`` says what was wrong."""
+    """A command broke a rule. ``field`` names the field, ``rule`` says what was wrong;
+    ``index`` is the position of the command that broke it in a batch
+    (``Ledger.write_many``: 0 for the first), ``None`` outside one."""
 
     def __init__(self, field: str, rule: str) -> None:
         super().__init__(f"{field}: {rule}")
         self.field = field
         self.rule = rule
+        self.index: int | None = None
+
+
+@contextmanager
+def in_batch(index: int) -> Iterator[None]:
+    """Within the block, an ``InvalidCommandError`` is raised with ``index`` set (unless
+    set already): the rules of command ``index`` of a batch are checked there."""
+    try:
+        yield
+    except InvalidCommandError as exc:
+        if exc.index is None:
+            exc.index = index
+        raise
 
 
 class NotAuthorisedError(LedgerError):

@@ -71,6 +71,7 @@ from ledger.errors import (
     NotWrittenError,
     OutcomeUnknownError,
     UnknownMemoryError,
+    in_batch,
 )
 from ledger.eventlog import EventLog, LogPosition
 from ledger.pgschema import vacuum
@@ -377,20 +378,27 @@ class Ledger:
     ) -> list[CommandResult]:
         """Write several memories in one transaction and one log batch (all or none), in
         order; ``supersede_key[i]`` is ``write``'s ``supersede_key`` for ``cmds[i]``
-        (default: false for every one). Raises as ``write``."""
+        (default: false for every one). Raises as ``write``; an ``InvalidCommandError``
+        for a rule of one command has its ``index`` in ``cmds``."""
         explicit = list(supersede_key) or [False] * len(cmds)
         if len(explicit) != len(cmds):
             raise ValueError("supersede_key: give one flag per command")
-        for cmd, replaces in zip(cmds, explicit, strict=True):
+        for i, (cmd, replaces) in enumerate(zip(cmds, explicit, strict=True)):
             principal.require("write", cmd.subject_id)
             if replaces and cmd.key is None:
-                raise InvalidCommandError("supersede_key", "needs a key: the slot whose live memories it supersedes")
+                with in_batch(i):
+                    raise InvalidCommandError(
+                        "supersede_key", "needs a key: the slot whose live memories it supersedes"
+                    )
         now = self._clock()
         corr = correlation_id or new_id()
         recorded: list[_Recorded] = []
 
         def decide(conn: psycopg.Connection) -> _Decision:
-            admitted = [admit_write(self.policy, self.screener, cmd, now) for cmd in cmds]  # no I/O
+            admitted: list[AdmittedWrite] = []
+            for i, cmd in enumerate(cmds):
+                with in_batch(i):
+                    admitted.append(admit_write(self.policy, self.screener, cmd, now))  # no I/O
             state.lock_slots(conn, _slots(a.cmd for a in admitted))
             hints = _BatchHints.read(conn, [a.cmd for a in admitted], self._statement_hmac)
             keys = [
@@ -400,10 +408,10 @@ class Ledger:
                 for a, replaces in zip(admitted, explicit, strict=True)
             ]
             attempts = admission.Attempts.lock(conn, keys)
-            recorded[:] = [
-                self._record_once(conn, a, k, attempts, now, corr, hints, explicit=replaces)
-                for a, k, replaces in zip(admitted, keys, explicit, strict=True)
-            ]
+            recorded.clear()
+            for i, (a, k, replaces) in enumerate(zip(admitted, keys, explicit, strict=True)):
+                with in_batch(i):
+                    recorded.append(self._record_once(conn, a, k, attempts, now, corr, hints, explicit=replaces))
             only = recorded[0].memory_id if len(recorded) == 1 else None
             return _Decision([e for r in recorded for e in r.events], memory_id=only)
 
@@ -828,8 +836,7 @@ class Ledger:
             hmacs = state.content_hmacs(conn, targets)
             earlier = state.lock_heads(conn, state.earlier_versions(conn, targets))
             successors = {m: h for m, h in heads_by_id.items() if m in targets}
-            predecessors = [h for h in earlier.values() if h.superseded_by in successors]
-            reinstated = supersession.reinstatements(successors, predecessors, now)
+            reinstated = supersession.reinstatements(successors, list(earlier.values()), now)
             left = supersession.holding_content(earlier, sorted(earlier))
             self._destroy_keys(conn, targets, now)  # the head keeps ids, times and statuses only
             if cmd.whole_subject:

@@ -6,16 +6,19 @@ it, ``superseded_by``). Erasing a memory leaves them, with their content, unless
 erasure asks for its history too (``EraseMemories.with_history``). The rule for what
 they become (``reinstatements``):
 
-- an earlier version whose replacement was *live* (``active`` or ``needs_confirmation``)
-  when erased is live again as ``needs_confirmation`` (``MemoryReinstated``, reason
-  ``replacement_erased``): the slot keeps a claim, but only the subject can say that the
-  old value is true again; it is recalled only with unconfirmed memories until
-  ``confirm`` makes it ``active``;
-- it is not when its replacement was itself superseded (the slot's answer is the memory
-  that replaced that one), revoked or expired (their slot had no live answer before the
-  erasure either), when it is a summary (it restates sources that had been invalidated),
-  when it holds no content any more (its keys were destroyed) or has passed its
-  ``expires_at``.
+- when a *live* memory (``active`` or ``needs_confirmation``) is erased, the nearest
+  earlier version that is not erased, found by walking back from it through the versions
+  already erased or erased by the same request (``A <- B <- C``: ``B`` erased, then
+  ``C``: ``A``), is live again as ``needs_confirmation`` (``MemoryReinstated``, reason
+  ``replacement_erased``, naming the erased live memory): the slot keeps a claim, but
+  only the subject can say that the old value is true again; it is recalled only with
+  unconfirmed memories until ``confirm`` makes it ``active``;
+- it is not when the memory erased was itself superseded (the slot's answer is the
+  memory that replaced that one), revoked or expired (their slot had no live answer
+  before the erasure either), when it is a summary (it restates sources that had been
+  invalidated), when it is not ``superseded`` any more (revoked, expired: the walk stops
+  at it, an older version behind it stays as it is), when it holds no content any more
+  (its keys were destroyed) or has passed its ``expires_at``.
 
 The earlier versions that still hold content are recorded with the erasure request, and
 ``erase`` and ``trace`` list them, so that nobody believes an attribute forgotten while
@@ -45,24 +48,51 @@ class Reinstatement:
 
 
 def reinstatements(
-    erased: Mapping[str, state.MemoryHead], predecessors: Sequence[state.MemoryHead], now: datetime
+    erased: Mapping[str, state.MemoryHead], earlier: Sequence[state.MemoryHead], now: datetime
 ) -> list[Reinstatement]:
-    """Which of ``predecessors`` (heads whose ``superseded_by`` is among ``erased``, the
-    heads of the memories being erased, as they were before the erasure) are reinstated,
-    by the rule of this module; ``now`` is UTC. No I/O."""
+    """Which of ``earlier`` (the heads of the erased memories' earlier versions, of any
+    status: ``state.earlier_versions``) are reinstated, by the rule of this module;
+    ``erased`` are the heads of the memories being erased, as they were before the
+    erasure, and ``now`` is UTC. No I/O.
+
+    A candidate's later versions are followed through ``superseded_by`` links: past the
+    versions erased (before, or by this request) to the first that is not, which must be
+    a live memory of this request for the candidate to be reinstated."""
+    known = {h.memory_id: h for h in earlier}
     out: list[Reinstatement] = []
-    for head in predecessors:
-        replacement = erased.get(head.superseded_by or "")
-        if replacement is None or head.memory_id in erased:
+    for head in earlier:
+        if head.memory_id in erased or head.status != "superseded":
             continue
-        if replacement.status not in state.ACTIVE_STATUSES:
-            continue  # its replacement was superseded, revoked or expired: the slot's answer is unchanged
-        if head.status != "superseded" or head.kind == "summary" or head.sealed_content is None:
+        if head.kind == "summary" or head.sealed_content is None:
             continue
         if head.expires_at is not None and head.expires_at <= now:
             continue
-        out.append(Reinstatement(head, replacement.memory_id))
+        replacement = _erased_live_successor(head, erased, known)
+        if replacement is not None:
+            out.append(Reinstatement(head, replacement))
     return out
+
+
+def _erased_live_successor(
+    head: state.MemoryHead, erased: Mapping[str, state.MemoryHead], known: Mapping[str, state.MemoryHead]
+) -> str | None:
+    """The live memory of the request that ``head`` is the nearest version before that is
+    not erased, or ``None``: ``head``'s later versions are walked while each is erased
+    (before: status ``erased``; or by the request, whatever its status was), and the last
+    must be live."""
+    seen = {head.memory_id}
+    link = head.superseded_by
+    while link is not None and link not in seen:
+        seen.add(link)
+        later = erased.get(link)
+        if later is not None and later.status in state.ACTIVE_STATUSES:
+            return link
+        if later is None:
+            later = known.get(link)
+            if later is None or later.status != "erased":
+                return None  # a version that is not erased holds the slot (or an unknown one)
+        link = later.superseded_by
+    return None  # the chain ends (or loops) without a live memory of the request
 
 
 def holding_content(heads: Mapping[str, state.MemoryHead], memory_ids: Sequence[str]) -> list[str]:

@@ -22,7 +22,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, ListNamespacesOp, Match
 
 from tests.e2e import serving
 from tests.e2e.conftest import wait_until
-from workers.client import Forbidden, LedgerClient
+from workers.client import Forbidden, InvalidRequest, LedgerClient
 from workers.langgraph_store import InvalidValueError, LedgerStore, NamespaceError
 
 pytestmark = [pytest.mark.e2e]
@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.e2e]
 P = "support"
 """The purpose of the warm-up write and of the example graph; each test keeps to purposes of its own."""
 PROJECTIONS = ("facts", "vectors", "cache", "summaries")
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key: screened as a secret
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +234,20 @@ def test_refusals_name_the_field_and_write_nothing(pair: tuple[Agent, Agent]) ->
         (lambda: agent.store.put((s, p), "k", {"x": 1}, ttl=0), InvalidValueError, "ttl"),
         (lambda: agent.store.search((s,), query="anything"), NamespaceError, "namespace_prefix"),
         (lambda: agent.store.list_namespaces(), NamespaceError, "prefix"),
-        (lambda: agent.store.batch([PutOp((s, p), "ok", {"x": 1}), PutOp((s,), "k", {})]), NamespaceError, "namespace"),
+        (
+            lambda: agent.store.batch([PutOp((s, p), "ok", {"x": 1}), PutOp((s,), "k", {})]),
+            NamespaceError,
+            "ops[1].namespace",
+        ),
+        (lambda: agent.store.put((s, p), "k", {"x": 10**5000}), InvalidValueError, "value.x"),
+        (lambda: agent.store.search((s, p), filter={"x": {"$eq": float("nan")}}), InvalidValueError, "filter.x.$eq"),
+        # refused by the ledger, in the store's words: a TTL over before the put arrives, a secret in the second put
+        (lambda: agent.store.put((s, p), "k", {"x": 1}, ttl=1e-9), InvalidRequest, "ttl"),
+        (
+            lambda: agent.store.batch([PutOp((s, p), "ok", {"x": 1}), PutOp((s, p), "k", {"x": AWS_KEY})]),
+            InvalidRequest,
+            "ops[1].value",
+        ),
     ]:
         with pytest.raises(error) as refused:
             run()

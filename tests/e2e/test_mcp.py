@@ -326,6 +326,32 @@ def test_path_traversal_and_oversized_inputs_are_refused(served: serving.Served,
     assert admin.lag().end_offsets == ends  # nothing was written
 
 
+def test_an_argument_a_tool_does_not_take_is_refused_naming_it(served: serving.Served, admin: LedgerClient) -> None:
+    agent = Agent(served, "typos")
+    s = agent.subject
+    ends = admin.lag().end_offsets
+
+    async def run() -> None:
+        async with agent.http() as client:
+            schemas = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+            assert {name: schema.get("additionalProperties") for name, schema in schemas.items()} == dict.fromkeys(
+                TOOLS, False
+            )
+            typo = await refused(
+                client, "remember", subject_id=s, content="Ana has asthma", purpose=PURPOSE, sensitivty="restricted"
+            )
+            assert (typo["status"], typo["field"]) == (422, "sensitivty")
+            assert typo["rule"] == "Extra inputs are not permitted"
+            forget = await refused(client, "forget", subject_id=s, memory_ids=["m-1"], confirm=True, with_histroy=True)
+            assert forget["field"] == "with_histroy" and forget["text"] == (
+                "error: with_histroy: Extra inputs are not permitted"
+            )
+            assert (await call(client, "list", subject_id=s, include_all=True))["memories"] == []
+
+    asyncio.run(run())
+    assert admin.lag().end_offsets == ends  # nothing was written
+
+
 class ScriptedModel:
     """The Anthropic API, offline: answers each request of the SDK's tool runner with
     the next scripted assistant turn (tool-use blocks of the memory tool), and keeps

@@ -317,10 +317,10 @@ def test_the_write_boundary_screens_every_way_in_and_a_retry_changes_nothing(
             headers=auth,
         ),
     ]
-    for r in refusals:
+    for r, field in zip(refusals, ("content", "memories.1.content", "content"), strict=True):  # a batch names its item
         assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", r.text
         problem = r.json()
-        assert problem["field"] == "content" and "AWS Access Key" in problem["rule"], problem
+        assert problem["field"] == field and "AWS Access Key" in problem["rule"], problem
         assert AWS_KEY not in r.text and "Traceback" not in r.text
     assert admin.lag().end_offsets == ends  # nothing refused was appended
     kept = c.write(s, "Eve prefers short answers", PURPOSE, key="answer_length", turn_id="turn-1")
@@ -391,6 +391,9 @@ def test_the_cli_goes_through_serve_with_the_same_output(embedded: serving.Serve
         (("rotate-master-key", "--new-key-file", "k"), "rotate-master-key: memledger serve (pid"),
         (("write", "zed", "x", "--purpose", PURPOSE, "--writer", "someone"), "provenance.writer"),
         (("--principal", "stranger", "recall", "zed", "x", "--purpose", PURPOSE), "may not read"),
+        # not UTF-8 (a Latin-1 terminal's "café"): the line the CLI prints without serve
+        (("write", "zed", "caf\udce9", "--purpose", PURPOSE), "error: content: Input should be a valid string"),
+        (("write", "zed", "x", "--purpose", "caf\udce9"), "error: purpose: Input should be a valid string"),
     ):
         proc = cli.run(*args, check=False)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and words in proc.stderr, proc.stderr

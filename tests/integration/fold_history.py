@@ -273,7 +273,9 @@ class History:
     def _erase_replacement(self, data: st.DataObject, subject: str) -> None:
         """Erase a memory that superseded another (its earlier version is reinstated
         unless the erasure takes the history too); when the subject has none yet, a keyed
-        memory and its supersession are written first."""
+        memory and one or two supersessions are written first, and of a chain of three
+        (``A <- B <- C``) the middle one is erased before the last (which reinstates
+        ``A``, not its direct predecessor)."""
         known = self.replacements.get(subject, [])
         if known:
             self._erase_one(data, subject, data.draw(st.sampled_from(known), label="replacement"))
@@ -281,10 +283,15 @@ class History:
         first = self.stage.ledger.write(self.principal, self._command(data, subject, key="answer_length"))
         if first.memory_id is None:
             return
-        cmd = self._command(data, subject, key="answer_length", veracity="stated")
-        second = self.stage.ledger.supersede(self.principal, first.memory_id, cmd)
-        if second.memory_id is not None:
-            self._erase_one(data, subject, second.memory_id)
+        chain = [first.memory_id]
+        for _ in range(data.draw(st.integers(1, 2), label="supersessions")):
+            cmd = self._command(data, subject, key="answer_length", veracity="stated")
+            later = self.stage.ledger.supersede(self.principal, chain[-1], cmd)
+            if later.memory_id is None or later.memory_id == chain[-1]:
+                return
+            chain.append(later.memory_id)
+        for replacement in chain[1:]:
+            self._erase_one(data, subject, replacement)
 
     def _erase_source(self, data: st.DataObject, subject: str) -> None:
         source = data.draw(st.sampled_from(("doc-a", "t-1", "t-2")), label="erased source")

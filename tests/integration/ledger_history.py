@@ -1,7 +1,8 @@
 """A history of every kind of change, made through the ledger (so the events in the log
 are the ones production writes): writes, a summary, a supersession, a conflict, a
 reinforcement, a confirmation, a consent revocation, a redaction, an erasure, an erasure
-of a replacement that reinstates the version it superseded, an erasure with its history,
+of a replacement that reinstates the version it superseded (and, in a chain of three, the
+middle version erased first, then the last: the first is reinstated), an erasure with its history,
 and a sweep that expires a memory and regenerates the summary derived from it."""
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class History:
     """Superseded, then live again (``needs_confirmation``) when its replacement was erased."""
     with_history: tuple[str, str]
     """An earlier version and its replacement, erased together (``with_history``)."""
+    reinstated_through_chain: str
+    """The first of ``A <- B <- C``: live again when ``B``, then ``C`` were erased."""
 
 
 def make_history(svc: Services, subject: str = "alice") -> History:
@@ -73,7 +76,21 @@ def make_history(svc: Services, subject: str = "alice") -> History:
     ledger.erase(p, EraseMemories(subject_id=subject, memory_ids=(replacement,), reason="subject asked"))
     chain = (write("Alice's locker is 12", key="locker"), write("Alice's locker is 31", key="locker"))
     ledger.erase(p, EraseMemories(subject_id=subject, memory_ids=chain[1:], reason="asked", with_history=True))
+    bays = [write(f"Alice parks in bay {n}", key="parking") for n in (1, 2, 3)]  # each supersedes the one before
+    for bay in bays[1:]:
+        ledger.erase(p, EraseMemories(subject_id=subject, memory_ids=(bay,), reason="subject asked"))
     ledger.sweep(p, utc_now() + timedelta(days=3))
     return History(
-        active, superseded, successor, conflicting, revoked, redacted, erased, expired, summary, reinstated, chain
+        active,
+        superseded,
+        successor,
+        conflicting,
+        revoked,
+        redacted,
+        erased,
+        expired,
+        summary,
+        reinstated,
+        chain,
+        bays[0],
     )

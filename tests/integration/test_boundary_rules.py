@@ -7,6 +7,7 @@ nothing; secrets are refused (or replaced) and personal data raises a memory's c
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from contracts import EraseMemories, MemoryWritten, RevokeConsent, utc_now
+from contracts import EraseMemories, MemoryReinstated, MemoryWritten, RevokeConsent, utc_now
 from ledger.detectors import Screener
 from ledger.errors import InvalidCommandError
 from ledger.screening import SecretFoundError, load_screening_policy
@@ -109,6 +110,61 @@ def test_an_earlier_version_awaits_confirmation_when_its_replacement_is_erased(s
     assert one(svc, "SELECT status FROM ledger_memories WHERE memory_id = %s", old) == "active"
 
 
+def test_the_nearest_version_not_erased_awaits_confirmation_when_a_chain_loses_its_live_end(svc: Services) -> None:
+    p = svc.principal()
+    a = write(svc, "Sam works at Foo Industries", "turn-1", key="employer")
+    b = write(svc, "Sam now works at Bar Logistics", "turn-2", key="employer")
+    c = write(svc, "Sam now works at Baz Shipping", "turn-3", key="employer")  # A <- B <- C
+    other = write(svc, "Sam commutes by train", "turn-4")
+    summary = write(
+        svc,
+        "Sam works at Baz Shipping and commutes by train",
+        "turn-5",
+        kind="summary",
+        provenance={"writer": "summariser", "derived_from": [c, other]},
+    )
+    middle = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(b,), reason="subject asked"))
+    assert (middle.reinstated, middle.earlier_versions) == ((), (a,))  # C is the answer: A stays superseded
+    svc.catch_up()
+    assert c in recall_ids(svc, "where does Sam work")  # a recall result cached before the erasure
+    r = svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(c,), reason="subject asked"))
+    assert [e.type for e in r.events][:2] == ["ErasureRequested", "MemoryReinstated"]
+    assert (r.reinstated, r.earlier_versions) == ((a,), (a,))
+    [reinstated] = [e for e in r.events if isinstance(e, MemoryReinstated)]
+    assert (reinstated.memory_id, reinstated.replacement) == (a, c)
+    svc.catch_up()
+
+    def the_oldest_version_awaits_confirmation() -> None:
+        assert one(svc, f"SELECT status, superseded_by FROM {STABLE.facts} WHERE memory_id = %s", a) == (
+            "needs_confirmation",
+            None,
+        )
+        assert one(svc, f"SELECT count(*) FROM {STABLE.facts} WHERE memory_id = ANY(%s)", [b, c]) == 0
+        assert point_status(svc, a) == "needs_confirmation"
+        assert point_status(svc, b) is None and point_status(svc, c) is None
+        assert a not in recall_ids(svc, "where does Sam work")  # only with the unconfirmed
+        unconfirmed = recall_ids(svc, "where does Sam work", include_unconfirmed=True)
+        assert a in unconfirmed and b not in unconfirmed and c not in unconfirmed and summary not in unconfirmed
+        with svc.pool.connection() as conn:
+            texts = [str(t) for (t,) in conn.execute("SELECT content FROM summaries").fetchall()]
+        assert texts and not any("Baz" in t for t in texts)  # regenerated from what remains
+        report = trace(svc.pool, r.request_id or "", svc.trace_targets())
+        assert report.verdict == "complete", report
+        assert report.earlier_versions == [EarlierVersion(a, "needs_confirmation", True, True)]
+
+    the_oldest_version_awaits_confirmation()
+    live = facts_rows(svc)
+    replay_every_projection(svc)
+    the_oldest_version_awaits_confirmation()
+    assert facts_rows(svc) == live
+
+    confirmed = svc.ledger.confirm(p, "alice", a)
+    assert [e.type for e in confirmed.events] == ["MemoryConfirmed"]
+    svc.catch_up()
+    assert a in recall_ids(svc, "where does Sam work")
+    assert one(svc, "SELECT status FROM ledger_memories WHERE memory_id = %s", a) == "active"
+
+
 def test_an_erasure_with_its_history_leaves_no_version_readable(svc: Services) -> None:
     p = svc.principal()
     chain = [write(svc, f"Sam's passport number is {n}", f"turn-{i}", key="passport") for i, n in enumerate("XYZ")]
@@ -184,6 +240,33 @@ def test_retried_commands_change_nothing_and_another_turn_reinforces(svc: Servic
     replay_every_projection(svc)
     confidence_of_two_turns()
     assert facts_rows(svc) == live
+
+
+def test_a_retry_that_differs_only_in_white_space_or_normal_form_is_a_retry(svc: Services) -> None:
+    p = svc.principal()
+
+    def seats(content: str, turn: str = "turn-7") -> Any:
+        prov = {"writer": "test-agent", "written_at": utc_now(), "turn_id": turn}
+        return memory_write(content=content, veracity="tool", confirmed=False, provenance=prov)
+
+    first = svc.ledger.write(p, seats("Sam prefers the café window seats"))
+    ends = svc.log.end_offsets()
+    nfd = unicodedata.normalize("NFD", "Sam prefers the café window seats")
+    for again in ("Sam prefers the café window seats\n", "Sam prefers the café window seats ", f" {nfd}"):
+        retried = svc.ledger.write(p, seats(again))
+        assert (retried.events, retried.memory_id) == ((), first.memory_id) and retried.repeat, repr(again)
+    assert svc.log.end_offsets() == ends
+    restated = svc.ledger.write(p, seats("Sam prefers the café window seats ", turn="turn-8"))
+    assert [e.type for e in restated.events] == ["MemoryReinforced"]  # another turn is new evidence
+    svc.catch_up()
+
+    def confidence_of_two_turns() -> None:
+        row = one(svc, f"SELECT confidence, content FROM {STABLE.facts} WHERE memory_id = %s", first.memory_id)
+        assert row == (0.75, "Sam prefers the café window seats")  # 1 - 0.5 * 0.5: two turns, not five attempts
+
+    confidence_of_two_turns()
+    replay_every_projection(svc)
+    confidence_of_two_turns()
 
 
 def test_secrets_are_refused_or_replaced_and_personal_data_raises_the_class(

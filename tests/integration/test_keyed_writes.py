@@ -180,3 +180,23 @@ def test_puts_of_one_key_at_once_leave_one_live_memory_and_a_confirmation_settle
     svc.ledger.confirm(svc.principal(), "alice", lille.memory_id)
     [settled] = svc.ledger.live(svc.principal(), "alice", P, "city")
     assert (settled.head.memory_id, settled.head.status) == (lille.memory_id, "active")
+
+
+def test_a_refused_memory_of_a_batch_is_named_by_its_place_and_nothing_is_written(
+    gateway: Gateway, svc: Services, alice: Caller
+) -> None:
+    ok = wire.WriteMemory(content="Alice reads at night", purpose=P)
+    ends = svc.log.end_offsets()
+    for bad, field in [
+        (wire.WriteMemory(content="x", purpose=P, confidence=2), "memories.1.confidence"),  # the contract's rule
+        (wire.WriteMemory(content="the key is AKIAIOSFODNN7EXAMPLE", purpose=P), "memories.1.content"),  # screening
+        (wire.WriteMemory(content="y", purpose=P, expires_at=utc_now()), "memories.1.retention.expires_at"),
+        (wire.WriteMemory(content="z", purpose=P, supersede_key=True), "memories.1.supersede_key"),
+    ]:
+        with pytest.raises(InvalidRequestError) as refused:
+            gateway.write_batch(alice, "alice", wire.WriteBatch(memories=[ok, bad]))
+        assert refused.value.field == field, refused.value
+        with pytest.raises(InvalidRequestError) as alone:  # a single write names the field alone
+            gateway.write(alice, "alice", bad)
+        assert alone.value.field == field.removeprefix("memories.1.")
+    assert svc.log.end_offsets() == ends

@@ -69,6 +69,10 @@ def fingerprint(text: str) -> str:
 
 @pytest.mark.parametrize("name", ["facts", "summaries", "vectors"])
 def test_after_normal_operation_the_live_projection_equals_the_fold(svc: Services, history: History, name: str) -> None:
+    # the history holds a memory reinstated through a chain (its direct successor erased before)
+    with svc.pool.connection() as conn:
+        row = conn.execute("SELECT status FROM facts_v1 WHERE memory_id = %s", (history.reinstated_through_chain,))
+        assert row.fetchone() == ("needs_confirmation",)
     report = check(svc, name)
     assert report.differences == [] and report.pending == [] and report.warnings == []
     assert report.reference_differences == [] and report.reference_pending == []  # the specification agrees too

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
 from workers import wire
-from workers.client import Conflict, Forbidden
+from workers.client import Conflict, Forbidden, InvalidRequest
 from workers.client.calls import Call
 from workers.langgraph_store import (
     ErasureReceipt,
@@ -223,8 +223,9 @@ def test_a_batch_writes_runs_of_puts_per_subject_and_reads_after_its_own_writes(
 def test_a_bad_operation_anywhere_refuses_the_batch_before_anything_is_sent() -> None:
     server = Scripted()
     ops = [PutOp(("a", "p"), "x", {"v": 1}), PutOp(("a", "p"), "y", {"v": object()})]
-    with pytest.raises(InvalidValueError, match=r"value.v: a value of type object is not JSON"):
+    with pytest.raises(InvalidValueError) as second:
         server.run(ops)
+    assert str(second.value) == "ops[1].value.v: a value of type object is not JSON"  # its place in the batch
     with pytest.raises(InvalidValueError, match="ttl: must be more than 0 minutes"):
         server.run([PutOp(("a", "p"), "x", {"v": 1}, ttl=-1)])
     with pytest.raises(InvalidNamespaceError, match="periods"):
@@ -252,6 +253,38 @@ def test_a_delete_is_an_erasure_by_the_items_source_and_nothing_left_is_no_error
     refused = Forbidden(403, wire.Problem(title="Forbidden", status=403, detail="x", field="subject_id", rule="..."))
     with pytest.raises(Forbidden):
         Scripted(refused).run([PutOp(("a", "p"), "x", None)])
+
+
+def unprocessable(field: str, rule: str) -> InvalidRequest:
+    return InvalidRequest(
+        422, wire.Problem(title="Invalid", status=422, detail=f"{field}: {rule}", field=field, rule=rule)
+    )
+
+
+def test_the_servers_refusal_of_a_put_names_the_put_its_field_and_its_place_in_the_batch() -> None:
+    secret = unprocessable("memories.1.content", "holds a secret (AWS Access Key): ...")
+    ops = [GetOp(("a", "p"), "x"), PutOp(("a", "p"), "x", {"v": 1}), PutOp(("a", "p"), "y", {"v": "AKIA"})]
+    with pytest.raises(InvalidRequest) as refused:
+        Scripted(wire.MemoryPage(memories=[]), secret).run(ops)  # the puts are memories 0 and 1 of one write
+    assert (refused.value.field, refused.value.rule) == ("ops[2].value", "holds a secret (AWS Access Key): ...")
+    assert refused.value.problem.detail == "ops[2].value: holds a secret (AWS Access Key): ..."
+
+    past = unprocessable("memories.0.retention.expires_at", "must be in the future (UTC)")
+    with pytest.raises(InvalidRequest) as short:
+        Scripted(past).run([PutOp(("a", "p"), "x", {"v": 1}, ttl=1e-9)])  # the only operation: no place
+    assert short.value.field == "ttl"
+    assert (
+        short.value.rule
+        == "gives the memory's retention.expires_at, which the ledger refuses: must be in the future (UTC)"
+    )
+    consent = unprocessable("memories.0.provenance.consent_ref", "the content holds personal data ...")
+    with pytest.raises(InvalidRequest) as personal:
+        Scripted(consent).run([PutOp(("a", "p"), "x", {"v": 1}), PutOp(("a", "p"), "y", {"v": 2})])
+    assert personal.value.field == "ops[0].provenance.consent_ref"  # a setting of the store: as the server says
+    whole = unprocessable("memories", "at most 100 memories")
+    with pytest.raises(InvalidRequest) as batch:
+        Scripted(whole).run([PutOp(("a", "p"), "x", {"v": 1})])
+    assert batch.value is whole  # no memory of the batch named: as it is
 
 
 def listed(key: str, source_ref: str | None, content: str) -> wire.MemoryOut:
@@ -288,6 +321,10 @@ def test_a_memory_without_the_items_source_is_no_item_since_a_delete_would_not_r
         (PutOp(("a", "p"), "k", {"t": 1}, ttl=1e12), "ttl", "at most"),
         (SearchOp(("a", "p"), filter=[1, 2]), "filter", "must be a mapping"),  # type: ignore[arg-type]
         (SearchOp(("a", "p"), filter={1: "x"}), "filter", "field names"),  # type: ignore[dict-item]
+        (PutOp(("a", "p"), "k", {"a": [10**5000]}), "value.a[0]", "an integer of more than 4300 digits"),
+        (SearchOp(("a", "p"), filter={"a": object()}), "filter.a", "a value of type object is not JSON"),
+        (SearchOp(("a", "p"), filter={"a": {"$eq": float("nan")}}), "filter.a.$eq", "nan is not a JSON number"),
+        (SearchOp(("a", "p"), filter={"a": [{"$ne": object()}]}), "filter.a[0].$ne", "not JSON"),
     ],
 )
 def test_input_python_would_choke_on_is_refused_naming_the_field(op: Any, field: str, rule: str) -> None:

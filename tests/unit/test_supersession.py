@@ -73,3 +73,39 @@ def test_a_version_erased_in_the_same_request_is_not_reinstated() -> None:
 def test_holding_content_keeps_the_order_given() -> None:
     heads = {"a": OLD, "b": replace(OLD, memory_id="b", sealed_content=None), "c": replace(OLD, memory_id="c")}
     assert holding_content(heads, ["c", "b", "a", "missing"]) == ["c", "a"]
+
+
+def test_the_nearest_version_not_erased_is_reinstated_through_a_chain_erased_before() -> None:
+    # A <- B <- C on one key: B was erased (A stayed superseded: C was the answer), now C is
+    a = head("a", "superseded", superseded_by="b")
+    b = head("b", "erased", superseded_by="c", sealed_content=None)
+    (r,) = reinstatements({"c": head("c")}, [a, b], NOW)
+    assert (r.head.memory_id, r.replacement) == ("a", "c")
+
+
+def test_versions_erased_by_the_same_request_are_walked_past() -> None:
+    a = head("a", "superseded", superseded_by="b")
+    b = head("b", "superseded", superseded_by="c")
+    (r,) = reinstatements({"c": head("c"), "b": b}, [a, b], NOW)
+    assert (r.head.memory_id, r.replacement) == ("a", "c")
+
+
+@pytest.mark.parametrize(
+    ("middle", "reinstated"),
+    [
+        (head("b", "superseded", superseded_by="c"), ["b"]),  # the nearest version is b itself
+        (head("b", "revoked", superseded_by="c", sealed_content=None), []),  # b, not erased, ends the walk
+        (head("b", "superseded", superseded_by="c", expires_at=NOW), []),  # b, expired, ends it too
+    ],
+)
+def test_a_version_not_erased_between_ends_the_walk(middle: MemoryHead, reinstated: list[str]) -> None:
+    a = head("a", "superseded", superseded_by="b")
+    assert [r.head.memory_id for r in reinstatements({"c": head("c")}, [a, middle], NOW)] == reinstated
+
+
+def test_a_chain_whose_last_erased_version_was_not_live_reinstates_nothing() -> None:
+    a = head("a", "superseded", superseded_by="b")
+    b = head("b", "erased", superseded_by="c", sealed_content=None)
+    assert reinstatements({"c": head("c", "revoked")}, [a, b], NOW) == []
+    looped = head("b", "erased", superseded_by="a", sealed_content=None)  # a broken link ends the walk too
+    assert reinstatements({"c": head("c")}, [a, looped], NOW) == []

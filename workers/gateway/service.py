@@ -218,14 +218,25 @@ class Gateway:
 
     def write_batch(self, caller: Caller, subject_id: str, req: wire.WriteBatch) -> wire.BatchAck:
         """Record several memories of ``subject_id`` in one transaction (all or none);
-        each counts against the write rate. Raises as ``write``."""
+        each counts against the write rate. Raises as ``write``; a rule one memory broke
+        names it by its place in the batch (``memories.1.content``)."""
         with self._guard(caller, subject_id):
             self._authorise(caller, "write", subject_id)
             self._admit(caller, "write", len(req.memories))
             now = utc_now()
-            cmds = [commands.memory_write(subject_id, m, caller.principal.id, now) for m in req.memories]
+            cmds = []
+            for i, m in enumerate(req.memories):
+                try:
+                    cmds.append(commands.memory_write(subject_id, m, caller.principal.id, now))
+                except (ValidationError, GatewayError) as exc:
+                    raise at_item(exc, "memories", i) from None
             flags = [m.supersede_key for m in req.memories]
-            return batch_recorded(lambda: self.svc.ledger.write_many(caller.principal, cmds, supersede_key=flags))
+            try:
+                return batch_recorded(lambda: self.svc.ledger.write_many(caller.principal, cmds, supersede_key=flags))
+            except InvalidCommandError as exc:
+                if exc.index is None:
+                    raise
+                raise at_item(exc, "memories", exc.index) from None
 
     def supersede(self, caller: Caller, subject_id: str, memory_id: str, req: wire.Supersede) -> wire.CommandAck:
         """Replace ``memory_id`` with a new memory (see ``wire.Supersede``).
@@ -682,6 +693,14 @@ def translate(exc: Exception) -> GatewayError:
     if sep and re.fullmatch(r"[A-Za-z_.\-]+", field):
         return InvalidRequestError(field, rule)
     return InvalidRequestError("request", str(exc))
+
+
+def at_item(exc: Exception, items: str, index: int) -> GatewayError:
+    """The gateway error of ``exc`` (``translate``, or ``exc`` itself when it is one)
+    with its field named inside item ``index`` of the batch field ``items``, as the
+    HTTP API names a field of the request body's own (``memories.1.content``)."""
+    err = exc if isinstance(exc, GatewayError) else translate(exc)
+    return type(err)(f"{items}.{index}.{err.field}", err.rule, err.retry_after_s)
 
 
 def recorded(run: Callable[[], CommandResult]) -> wire.CommandAck:

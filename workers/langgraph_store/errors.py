@@ -18,6 +18,11 @@ class LedgerStoreError(Exception):
         self.field = field
         self.rule = rule
 
+    def at(self, place: str) -> LedgerStoreError:
+        """The same error with its field inside ``place`` (``ops[1]``: ``ops[1].value``);
+        itself for an empty ``place``."""
+        return type(self)(f"{place}.{self.field}", self.rule) if place else self
+
 
 class NamespaceError(LedgerStoreError, InvalidNamespaceError):
     """A namespace (or a key) that does not map onto the ledger: too short, a subject or

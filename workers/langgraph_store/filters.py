@@ -5,7 +5,9 @@ object matches when each of its entries matches the value's, recursively; an arr
 when it has the same length and each element matches), an object of operators compares
 the value's field: ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``. An ordering
 operator compares two numbers (booleans are not numbers) or two strings; a field that
-is missing or of another type does not match. An unknown operator is refused.
+is missing or of another type does not match. An unknown operator is refused, and so
+is a condition that is not JSON (an ``object()``, a NaN: ``workers.langgraph_store.values``),
+which no value could match.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from workers.langgraph_store import values
 from workers.langgraph_store.errors import InvalidValueError
 
 _ORDER: dict[str, Callable[[Any, Any], bool]] = {
@@ -26,7 +29,8 @@ OPERATORS = ("$eq", "$ne", *_ORDER)
 
 
 def check(spec: Mapping[str, Any] | None) -> None:
-    """Refuse a filter with an unknown operator before anything is read.
+    """Refuse a filter with an unknown operator, or a condition that is not JSON,
+    before anything is read.
 
     Raises:
         InvalidValueError: field ``filter.<path>``.
@@ -69,16 +73,23 @@ def _compare(found: Any, op: str, operand: Any) -> bool:
 
 
 def _check(wanted: Any, where: str) -> None:
-    if isinstance(wanted, Mapping):
-        if _is_operators(wanted):
-            for op, operand in wanted.items():
-                if op not in OPERATORS:
-                    raise InvalidValueError(where, f"unknown operator {op!r}; one of {', '.join(OPERATORS)}")
-                if op in _ORDER and not (_number(operand) or isinstance(operand, str)):
-                    raise InvalidValueError(f"{where}.{op}", f"compares a number or a string, not {operand!r}")
-        else:
-            for k, w in wanted.items():
-                _check(w, f"{where}.{k}")
+    if isinstance(wanted, Mapping) and _is_operators(wanted):
+        for op, operand in wanted.items():
+            if op not in OPERATORS:
+                raise InvalidValueError(where, f"unknown operator {op!r}; one of {', '.join(OPERATORS)}")
+            if op in _ORDER and not (_number(operand) or isinstance(operand, str)):
+                raise InvalidValueError(f"{where}.{op}", f"compares a number or a string, not {operand!r}")
+            _check(operand, f"{where}.{op}")
+    elif isinstance(wanted, Mapping):
+        for k, w in wanted.items():
+            if not isinstance(k, str):
+                raise InvalidValueError(where, f"has a key {k!r} that is not a string (JSON keys are strings)")
+            _check(w, f"{where}.{k}")
+    elif isinstance(wanted, list | tuple):
+        for i, w in enumerate(wanted):
+            _check(w, f"{where}[{i}]")
+    else:
+        values.check_json(wanted, where)
 
 
 def _is_operators(wanted: Mapping[str, Any]) -> bool:

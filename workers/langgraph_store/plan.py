@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -44,10 +45,10 @@ from langgraph.store.base import (
 
 from contracts import utc_now
 from workers import wire
-from workers.client import ApiError, NotFound, calls
+from workers.client import ApiError, InvalidRequest, NotFound, calls
 from workers.client.calls import Call
 from workers.langgraph_store import filters, namespaces, values
-from workers.langgraph_store.errors import InvalidValueError, NamespaceError
+from workers.langgraph_store.errors import InvalidValueError, LedgerStoreError, NamespaceError
 from workers.langgraph_store.namespaces import Address, Prefix
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,13 @@ def batch(ops: Sequence[Op], cfg: Config, session: Session, now: datetime) -> St
         workers.client.ApiError: the server's refusal of a step (``Forbidden`` for a
             subject outside the key's grants); the steps before it took effect.
     """
-    prepared = [_prepare(op, cfg, now) for op in ops]
+    places = [f"ops[{i}]" if len(ops) > 1 else "" for i in range(len(ops))]
+    prepared: list[_Step] = []
+    for op, place in zip(ops, places, strict=True):
+        try:
+            prepared.append(_prepare(op, cfg, now))
+        except LedgerStoreError as exc:
+            raise exc.at(place) from None
     results: list[Result] = [None] * len(prepared)
     i = 0
     while i < len(prepared):
@@ -134,7 +141,7 @@ def batch(ops: Sequence[Op], cfg: Config, session: Session, now: datetime) -> St
                 if not isinstance(after, _Put) or after.address.subject_id != step.address.subject_id:
                     break
                 run.append(after)
-            yield from _write(run, session)
+            yield from _write(run, session, places[i : i + len(run)])
             i += len(run)
             continue
         results[i] = yield from step.run(cfg, session)
@@ -343,10 +350,49 @@ def _prepare(op: Op, cfg: Config, now: datetime) -> _Step:
     raise InvalidValueError("op", f"unknown operation {type(op).__name__}")
 
 
-def _write(run: Sequence[_Put], session: Session) -> Step[None]:
-    """One batch write of the puts of ``run`` (one subject), all or none."""
-    ack: wire.BatchAck = yield calls.write_batch(run[0].address.subject_id, [p.memory for p in run])
+def _write(run: Sequence[_Put], session: Session, places: Sequence[str]) -> Step[None]:
+    """One batch write of the puts of ``run`` (one subject), all or none; ``places``
+    are their places in the batch (``ops[3]``; empty for the only operation).
+
+    Raises:
+        workers.client.InvalidRequest: the server refused a put; the field is the put's
+            (``put_field``), in its place (``ops[3].value``).
+    """
+    try:
+        ack: wire.BatchAck = yield calls.write_batch(run[0].address.subject_id, [p.memory for p in run])
+    except InvalidRequest as exc:
+        raise _in_place(exc, places) from None
     session.acknowledged([pos for r in ack.results for pos in r.positions])
+
+
+_BATCH_ITEM = re.compile(r"memories\.(\d+)\.(.+)")
+"""How the server names a field of one memory of a batch write: ``memories.1.content``."""
+
+
+def put_field(field: str, rule: str) -> tuple[str, str]:
+    """The field of a put that a refused field of its memory comes from, and the rule
+    to say: the memory's ``content`` is the put's ``value``, its
+    ``retention.expires_at`` what the put's ``ttl`` made of it, its ``key`` the put's
+    ``key``; other fields (the store's own settings: ``provenance.consent_ref`` for a
+    value that holds personal data, ``sensitivity``) as the server names them."""
+    if field == "content":
+        return "value", rule
+    if field == "retention.expires_at":
+        return "ttl", f"gives the memory's retention.expires_at, which the ledger refuses: {rule}"
+    return field, rule
+
+
+def _in_place(exc: InvalidRequest, places: Sequence[str]) -> InvalidRequest:
+    """``exc`` naming the put it refused in the store's words (``put_field``) and place;
+    as it is when it names no memory of the batch."""
+    found = _BATCH_ITEM.fullmatch(exc.field or "")
+    if found is None or int(found[1]) >= len(places):
+        return exc
+    field, rule = put_field(found[2], exc.rule or "")
+    place = places[int(found[1])]
+    field = f"{place}.{field}" if place else field
+    problem = exc.problem.model_copy(update={"field": field, "rule": rule, "detail": f"{field}: {rule}"})
+    return type(exc)(exc.status, problem)
 
 
 def _listed(

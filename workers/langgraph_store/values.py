@@ -1,9 +1,11 @@
 """An item's value as a memory's content: one JSON object, written compactly (UTF-8,
 no ASCII escaping, keys in the order given), read back exactly.
 
-A value is a mapping with string keys whose values are strings, finite numbers,
-booleans, ``None``, lists (or tuples, read back as lists) and such mappings again;
-anything else is refused naming its place in the value (``value.prefs[2]``). Its
+A value is a mapping with string keys whose values are strings, finite numbers (an
+integer of at most ``sys.get_int_max_str_digits()`` digits, 4300 by default: Python
+neither writes nor reads a longer one as JSON), booleans, ``None``, lists (or tuples,
+read back as lists) and such mappings again; anything else is refused naming its place
+in the value (``value.prefs[2]``). Its
 JSON text has a limit of its own, ``MAX_VALUE_BYTES`` by default (at most
 ``CONTENT_MAX_CHARS``, the ledger's limit on a memory's text): a memory is a fact to
 recall, and recall ranks and embeds short texts best.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +42,7 @@ def content_of(value: Mapping[str, Any], max_bytes: int = MAX_VALUE_BYTES) -> st
     """
     if not isinstance(value, Mapping):
         raise InvalidValueError("value", f"must be a JSON object (a mapping), not {type(value).__name__}")
-    _check(value, "value", 0)
+    check_json(value, "value")
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("\x7f", "\\u007f")
     try:
         size = len(text.encode("utf-8"))
@@ -62,18 +65,40 @@ def value_of(content: str | None) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def _check(node: object, where: str, depth: int) -> None:
+def check_json(node: object, where: str, depth: int = 0) -> None:
+    """Refuse ``node`` unless it is JSON as a value holds it (see the module), naming
+    the place of what is not: ``where`` is ``node``'s own (``value``, ``filter.a``).
+
+    Raises:
+        InvalidValueError: field ``where`` or a place inside it.
+    """
     if depth > MAX_DEPTH:
         raise InvalidValueError(where, f"nests deeper than {MAX_DEPTH} levels")
     if isinstance(node, Mapping):
         for k, v in node.items():
             if not isinstance(k, str):
                 raise InvalidValueError(where, f"has a key {k!r} that is not a string (JSON keys are strings)")
-            _check(v, f"{where}.{k}", depth + 1)
+            check_json(v, f"{where}.{k}", depth + 1)
     elif isinstance(node, list | tuple):
         for i, v in enumerate(node):
-            _check(v, f"{where}[{i}]", depth + 1)
+            check_json(v, f"{where}[{i}]", depth + 1)
     elif isinstance(node, float) and not math.isfinite(node):
         raise InvalidValueError(where, f"{node!r} is not a JSON number")
-    elif node is not None and not isinstance(node, str | int | float | bool):
+    elif isinstance(node, int) and not isinstance(node, bool):
+        _check_digits(node, where)
+    elif node is not None and not isinstance(node, str | bool | float):
         raise InvalidValueError(where, f"a value of type {type(node).__name__} is not JSON")
+
+
+def _check_digits(number: int, where: str) -> None:
+    limit = sys.get_int_max_str_digits()
+    if not limit or number.bit_length() <= 3 * limit:  # a digit takes 3.32 bits: fewer digits than the limit
+        return
+    try:
+        str(number)
+    except ValueError:
+        raise InvalidValueError(
+            where,
+            f"an integer of more than {limit} digits: Python writes and reads at most {limit} as JSON"
+            " (sys.get_int_max_str_digits)",
+        ) from None

@@ -3,7 +3,9 @@ Anthropic API's memory tool. Each is thin: it builds the wire request from its a
 calls the caller's backend (``backend_of(ctx, tool name)``: the transport decides who
 the caller is, never an argument) and returns the wire answer as structured content,
 event ids and log positions included. Bad arguments and refusals come back as tool
-errors naming the field (``workers.mcp.errors``).
+errors naming the field (``workers.mcp.errors``); an argument a tool does not take (a
+misspelt ``sensitivty``) is refused naming it, as the HTTP API refuses an extra field,
+rather than ignored (``closed``).
 
 The subject is an argument of every tool (the key's grants decide whether it may be
 touched, as the URL's subject does over HTTP); the writer of what a tool writes is the
@@ -19,7 +21,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from workers import wire
 from workers.gateway import InvalidRequestError
@@ -213,16 +215,31 @@ def build_tools(backend_of: BackendOf) -> list[Tool]:
         )
 
     tools = [
-        Tool.from_function(remember, annotations=ADDITIVE),
-        Tool.from_function(recall, annotations=READ_ONLY),
-        Tool.from_function(get, annotations=READ_ONLY),
-        Tool.from_function(list_, name="list", annotations=READ_ONLY),
-        Tool.from_function(history, annotations=READ_ONLY),
-        Tool.from_function(forget, annotations=DESTRUCTIVE),
-        Tool.from_function(trace, annotations=READ_ONLY),
-        Tool.from_function(memory, annotations=DESTRUCTIVE),
+        closed(tool)
+        for tool in (
+            Tool.from_function(remember, annotations=ADDITIVE),
+            Tool.from_function(recall, annotations=READ_ONLY),
+            Tool.from_function(get, annotations=READ_ONLY),
+            Tool.from_function(list_, name="list", annotations=READ_ONLY),
+            Tool.from_function(history, annotations=READ_ONLY),
+            Tool.from_function(forget, annotations=DESTRUCTIVE),
+            Tool.from_function(trace, annotations=READ_ONLY),
+            Tool.from_function(memory, annotations=DESTRUCTIVE),
+        )
     ]
     memory_tool = tools[-1]
     memory_tool.fn_metadata.output_model = wire.MemoryToolResult  # the text is the output, the structure the result
     memory_tool.fn_metadata.output_schema = wire.MemoryToolResult.model_json_schema()
     return tools
+
+
+def closed(tool: Tool) -> Tool:
+    """``tool`` refusing arguments it does not take: its arguments model (the SDK's
+    ignores unknown keys) forbids extra fields, so a call with one fails validation with
+    ``<argument>: Extra inputs are not permitted``, answered as a tool error naming it,
+    and its input schema says ``additionalProperties: false``. Returns ``tool``, changed."""
+    model = tool.fn_metadata.arg_model  # made for this tool alone (``func_metadata``)
+    model.model_config = model.model_config | ConfigDict(extra="forbid")
+    model.model_rebuild(force=True)
+    tool.parameters = model.model_json_schema(by_alias=True)
+    return tool

@@ -17,12 +17,13 @@ holds the master key; stop it first) and ``eval scenarios --in-place``. ``demo``
 
 from __future__ import annotations
 
+import base64
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
 
 from workers.serve import files
 
@@ -44,11 +45,37 @@ REFUSED = {
 
 
 class ForwardedCommand(BaseModel):
-    """A command line, as ``memledger`` got it (global options included)."""
+    """A command line, as ``memledger`` got it (global options included).
+
+    An argument that is not valid UTF-8 (typed in a terminal of another encoding: Python
+    holds its bad bytes as lone surrogates, which JSON cannot carry) is in ``argv`` with
+    U+FFFD in place of each bad byte, and its bytes, exactly as given, are in
+    ``undecodable`` under its index; ``exact_argv`` decodes them as the CLI itself would
+    (``os.fsdecode``), so ``serve`` refuses it with the line the CLI prints without
+    ``serve`` (``error: content: ...``)."""
 
     model_config = ConfigDict(extra="forbid")
     argv: list[str] = Field(max_length=10_000)
     prog_name: str = Field(default="memledger", max_length=200)
+    undecodable: dict[int, Base64Bytes] = Field(default_factory=dict, max_length=10_000)
+
+    @classmethod
+    def of(cls, argv: Sequence[str], prog_name: str) -> ForwardedCommand:
+        """The command of ``argv`` (``sys.argv``'s strings), its undecodable arguments set aside."""
+        clean: list[str] = []
+        raw: dict[int, bytes] = {}
+        for i, arg in enumerate(argv):
+            try:
+                arg.encode("utf-8")
+            except UnicodeEncodeError:
+                raw[i] = os.fsencode(arg)
+                arg = raw[i].decode("utf-8", "replace")
+            clean.append(arg)
+        return cls(argv=clean, prog_name=prog_name, undecodable={i: base64.b64encode(b) for i, b in raw.items()})
+
+    def exact_argv(self) -> list[str]:
+        """``argv`` with each undecodable argument as the CLI got it."""
+        return [os.fsdecode(self.undecodable[i]) if i in self.undecodable else a for i, a in enumerate(self.argv)]
 
 
 class ForwardedResult(BaseModel):
@@ -133,11 +160,11 @@ def maybe_forward(argv: Sequence[str]) -> int | None:
     args = absolute_paths(argv, Path.cwd())
     if os.environ.get("MEMLEDGER_PRINCIPAL") and not any(a.split("=", 1)[0] == "--principal" for a in args):
         args = ["--principal", os.environ["MEMLEDGER_PRINCIPAL"], *args]  # serve's environment is not ours
-    body = ForwardedCommand(argv=args, prog_name=click.utils._detect_program_name())
+    body = ForwardedCommand.of(args, click.utils._detect_program_name())
     try:
         response = httpx.post(
             info.url.rstrip("/") + ROUTE,
-            json=body.model_dump(),
+            json=body.model_dump(mode="json"),
             headers={"Authorization": f"Bearer {info.token}"},
             timeout=httpx.Timeout(None, connect=5.0),
         )

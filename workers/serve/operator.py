@@ -26,7 +26,7 @@ class CommandRunner:
         from workers.cli.root import run_args
 
         with self._lock, capture.captured() as (out, err):
-            code = run_args(command.argv, prog_name=command.prog_name)
+            code = run_args(command.exact_argv(), prog_name=command.prog_name)
         return ForwardedResult(exit_code=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
