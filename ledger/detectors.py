@@ -3,18 +3,21 @@ personal data in a text under a screening policy and decides, without I/O, what 
 
 Secrets are found with detect-secrets' plugins, called directly (no detect-secrets
 settings, filters, logging or verification requests are involved); email addresses are
-candidates checked with email-validator; phone numbers are those libphonenumber's matcher
+candidates checked with email-validator (internationalised ones too); phone numbers are those libphonenumber's matcher
 finds at its ``VALID`` leniency; payment card numbers are 13 to 19 digits whose first digit
 is a card issuer's major industry identifier (ISO/IEC 7812-1: 2 to 6) and that pass the
-Luhn check of python-stdnum; IBANs pass python-stdnum's ISO 13616 mod-97 check. This
-module imports those libraries: the ledger builds its ``Screener`` at its first write.
+Luhn check of python-stdnum; IBANs pass python-stdnum's ISO 13616 mod-97 check. Each
+detector reads every form of the text (``ledger.textviews``), so an invisible or
+compatibility character does not hide what it finds. This module imports those
+libraries: the ledger builds its ``Screener`` at its first write.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 import phonenumbers
@@ -32,6 +35,7 @@ from contracts.types import Sensitivity
 from ledger.admission import SENSITIVITY_ORDER
 from ledger.errors import PolicyError
 from ledger.screening import Screened, ScreeningPolicy, SecretFoundError, kind_of
+from ledger.textviews import View, views
 
 _KEYWORDS = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _PHONE_DIGITS = re.compile(r"\d(?:[\s().-]*\d){5}")
@@ -41,13 +45,31 @@ _LETTER = re.compile(r"[^\W\d_]")
 _DIGIT = re.compile(r"\d")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]+-----")
 _DELIMITERS = " \t\r\n:/@'\"=,;"
-_EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)+")
+_EMAIL = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[\w-]+)+")
+"""An email address candidate, internationalised (RFC 6531: letters and digits of any
+script, in the local part and the domain, which email-validator checks as IDNA)."""
+_ASCII_EMAIL = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)+"
+)
+"""An ASCII address inside a candidate that is not valid as a whole (letters of a word
+before it: ``联系jane@example.com``)."""
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _ISSUER_MII = frozenset("23456")
 """First digits (major industry identifiers, ISO/IEC 7812-1) of payment card issuers:
 2 and 5 Mastercard, 3 travel and entertainment (American Express, JCB, Diners), 4 Visa,
 6 Discover, UnionPay, Maestro."""
+
+
+@dataclass(frozen=True)
+class _Secret:
+    """A secret a plugin found: its ``kind`` (snake case), detect-secrets' ``name`` of it,
+    the ``form`` of the text it was found in and its ``span`` there."""
+
+    kind: str
+    name: str
+    form: View
+    span: tuple[int, int]
 
 
 class Screener:
@@ -81,24 +103,27 @@ class Screener:
         return cmd, s.screening
 
     def screen_text(self, text: str, sensitivity: Sensitivity, field: str) -> Screened:
-        """Screen ``text`` of a memory of class ``sensitivity``.
+        """Screen ``text`` of a memory of class ``sensitivity``: the text itself and its
+        other forms (``ledger.textviews``: normalised). A kind found in several forms
+        counts as often as the form where it is found most.
 
         Raises:
             SecretFoundError: naming ``field``, a secret the policy refuses.
         """
-        found: list[tuple[str, str, tuple[int, int]]] = []  # (kind, detect-secrets type, span)
-        for plugin in self._plugins:
-            found += [(kind_of(plugin.secret_type), plugin.secret_type, s) for s in _secret_spans(plugin, text)]
+        forms = views(text)
+        found = self._secrets(forms)
         rules = self.policy.secrets
-        refused = sorted({(k, name) for k, name, _ in found if rules.actions.get(k, rules.action) == "refuse"})
+        refused = sorted({(s.kind, s.name) for s in found if rules.actions.get(s.kind, rules.action) == "refuse"})
         if refused:
             raise SecretFoundError(field, tuple(k for k, _ in refused), tuple(n for _, n in refused), self.policy.name)
         findings = [
             ScreeningFinding(kind=k, category="secret", action="replaced", count=n)
-            for k, n in sorted(Counter(k for k, _, _ in found).items())
+            for k, n in sorted(_most((id(s.form), s.kind) for s in found).items())
         ]
-        text = _replace(text, [(span, k) for k, _, span in found])
-        personal = Counter(self._personal(text))
+        if found:
+            text = _replace(text, [(s.form.origin(*s.span), s.kind) for s in found])
+            forms = views(text)
+        personal = _most((i, kind) for i, form in enumerate(forms) for kind in self._personal(form.text))
         target = self.policy.personal.raise_to
         raise_it = bool(personal) and SENSITIVITY_ORDER.index(sensitivity) < SENSITIVITY_ORDER.index(target)
         action: Literal["raised", "kept"] = "raised" if raise_it else "kept"
@@ -109,6 +134,15 @@ class Screener:
             policy=self.policy.name, findings=tuple(findings), raised_from=sensitivity if raise_it else None
         )
         return Screened(text, target if raise_it else sensitivity, screening)
+
+    def _secrets(self, forms: list[View]) -> list[_Secret]:
+        """The secrets every plugin finds in each form."""
+        return [
+            _Secret(kind_of(plugin.secret_type), plugin.secret_type, form, span)
+            for form in forms
+            for plugin in self._plugins
+            for span in _secret_spans(plugin, form.text)
+        ]
 
     def _personal(self, text: str) -> Iterator[str]:
         detectors = self.policy.personal.detectors
@@ -232,11 +266,30 @@ def _replace(text: str, found: list[tuple[tuple[int, int], str]]) -> str:
 
 
 def _is_email(candidate: str) -> bool:
+    """Whether ``candidate`` is an email address (internationalised ones included: IDNA
+    domains and UTF-8 local parts, as email-validator checks them), or, when it is not
+    ASCII and not valid as a whole, holds an ASCII one."""
+    if _valid_email(candidate):
+        return True
+    return not candidate.isascii() and any(_valid_email(m.group(0)) for m in _ASCII_EMAIL.finditer(candidate))
+
+
+def _valid_email(candidate: str) -> bool:
     try:
         validate_email(candidate, check_deliverability=False)
     except EmailNotValidError:
         return False
     return True
+
+
+def _most(found: Iterable[tuple[Hashable, str]]) -> dict[str, int]:
+    """How often each kind was found in the form where it was found most often:
+    ``found`` holds (form, kind) pairs, one for each occurrence."""
+    per_form = Counter(found)
+    most: dict[str, int] = {}
+    for (_, kind), n in per_form.items():
+        most[kind] = max(most.get(kind, 0), n)
+    return most
 
 
 def _phone_spans(text: str, regions: tuple[str, ...]) -> set[tuple[int, int]]:

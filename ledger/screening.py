@@ -15,7 +15,10 @@ overrides it):
   Google's libphonenumber, at its ``VALID`` leniency), payment card numbers (13 to 19
   digits whose first digit is an ISO/IEC 7812 major industry identifier of card issuers,
   2 to 6, passing the Luhn check of python-stdnum) and IBANs (python-stdnum, ISO 13616
-  with its mod-97 check).
+  with its mod-97 check);
+- every detector reads each form of the text (``ledger.textviews``): as given and
+  normalised (NFKC, format characters such as U+200B removed), so an invisible or
+  fullwidth character does not hide what it looks for.
 
 The decision is pure (no I/O) and is recorded on the event (``contracts.Screening``):
 which kinds were found, how often, and what was done. No value found is ever logged,

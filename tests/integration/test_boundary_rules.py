@@ -240,3 +240,20 @@ def test_secrets_are_refused_or_replaced_and_personal_data_raises_the_class(
     screened_in_every_store()
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert AWS_KEY not in logged and "Sup3rS3cretPw" not in logged
+
+
+def test_a_secret_behind_an_invisible_or_fullwidth_character_is_refused_and_an_idn_address_is_personal(
+    svc: Services,
+) -> None:
+    ends = svc.log.end_offsets()
+    for hidden in ("key AKIAIOSF\u200bODNN7EXAMPLE", "token \uff47hp_wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx"):
+        with pytest.raises(SecretFoundError) as refused:
+            write(svc, hidden, "turn-1")
+        assert refused.value.field == "content"
+    with pytest.raises(InvalidCommandError) as no_consent:
+        write(svc, "Sam's address is john@exämple.com", "turn-2", sensitivity="public")
+    assert no_consent.value.field == "provenance.consent_ref" and "email address" in no_consent.value.rule
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
+    idn = write(svc, "Sam's address is john@exämple.com", "turn-3", provenance={"consent_ref": "c-1"})
+    assert one(svc, "SELECT sensitivity FROM ledger_memories WHERE memory_id = %s", idn) == "personal"

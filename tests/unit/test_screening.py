@@ -54,6 +54,20 @@ PERSONAL = [
     ("pay to DE89 3704 0044 0532 0130 00", "iban"),
 ]
 
+EVASIONS = [  # a secret split by an invisible character, or spelt with a compatibility one
+    ("my aws key is AKIAIOSF\u200bODNN7EXAMPLE", "aws_access_key", "ODNN7EXAMPLE"),
+    ("my aws key is AKIA\u00adIOSFODNN7EXAMPLE", "aws_access_key", "IOSFODNN7EXAMPLE"),
+    ("CI uses \uff47hp_wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx", "github_token", "wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx"),
+    ("Zoë's key: AKIAIOSFODNN7\u2060EXAMPLE, café", "aws_access_key", "IOSFODNN7"),
+]
+
+INTERNATIONAL_EMAIL = [
+    "mail john@exämple.com",
+    "mail jöhn@example.com",
+    "schreib an jürgen@bücher.de",
+    "联系jane@example.com",
+]
+
 ORDINARY = [
     "Alice prefers short answers",
     "Alice's badge number is 90210 and her desk is 4F-17",
@@ -65,6 +79,8 @@ ORDINARY = [
     "Memory 0190a5a0-0000-7000-8000-000000000000 was superseded",
     "Card ending 4242, IBAN not given, email me later",
     "Uses a secret santa list and a private key ring for the office",
+    "Zoë prefers café au lait and the \ufb01le names in \uff46\uff55\uff4c\uff4c\uff57\uff49\uff44\uff54\uff48 letters",
+    "Zero\u200bwidth spaces and soft\u00adhyphens stay as written",
 ]
 
 
@@ -82,6 +98,23 @@ def test_a_replaced_secret_is_gone_whole_and_recorded_by_kind(text: str, kind: s
     assert value not in screened.content and f"[secret: {kind}]" in screened.content
     assert [(f.kind, f.category, f.action) for f in screened.screening.findings] == [(kind, "secret", "replaced")]
     assert value not in screened.screening.model_dump_json()
+
+
+@pytest.mark.parametrize(("text", "kind", "value"), EVASIONS, ids=[t[:22] for t, _, _ in EVASIONS])
+def test_a_secret_hidden_by_an_invisible_or_compatibility_character_is_found(text: str, kind: str, value: str) -> None:
+    with pytest.raises(SecretFoundError) as info:
+        SCREENER.screen_text(text, "internal", "content")
+    assert info.value.kinds == (kind,) and value not in str(info.value)
+    screened = REPLACING.screen_text(text, "internal", "content")  # replaced whole, the invisible character too
+    assert value not in screened.content and f"[secret: {kind}]" in screened.content
+    assert [(f.kind, f.count) for f in screened.screening.findings] == [(kind, 1)]
+
+
+@pytest.mark.parametrize("text", INTERNATIONAL_EMAIL)
+def test_an_internationalised_email_address_raises_the_class(text: str) -> None:
+    screened = SCREENER.screen_text(text, "public", "content")
+    assert screened.sensitivity == "personal" and screened.content == text
+    assert [(f.kind, f.count) for f in screened.screening.findings] == [("email_address", 1)]
 
 
 def test_a_private_key_is_replaced_up_to_its_end_line_and_the_rest_is_kept() -> None:
