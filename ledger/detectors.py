@@ -35,7 +35,7 @@ from contracts.types import Sensitivity
 from ledger.admission import SENSITIVITY_ORDER
 from ledger.errors import PolicyError
 from ledger.screening import Screened, ScreeningPolicy, SecretFoundError, kind_of
-from ledger.textviews import View, views
+from ledger.textviews import View, encode_string, is_json, quoted_strings, views
 
 _KEYWORDS = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _PHONE_DIGITS = re.compile(r"\d(?:[\s().-]*\d){5}")
@@ -89,6 +89,10 @@ class Screener:
         regions = phonenumbers.SUPPORTED_REGIONS
         _all_known("personal.phone_regions", policy.personal.phone_regions, regions, "region")
         self._plugins: list[BasePlugin] = [by_name[name]() for name in policy.secrets.detectors]
+        # what a replaced secret leaves, [secret: <kind>]: no secret, though "secret:" reads as
+        # a keyword assignment; masked before detection, so that a replaced text screens clean
+        kinds = sorted({kind_of(p.secret_type) for p in self._plugins})
+        self._markers = re.compile(r"\[secret: (?:" + "|".join(map(re.escape, kinds)) + r")\]")
 
     def screen(self, cmd: MemoryWrite) -> tuple[MemoryWrite, Screening]:
         """``cmd`` as it is admitted (content with secrets replaced, sensitivity raised)
@@ -104,25 +108,19 @@ class Screener:
 
     def screen_text(self, text: str, sensitivity: Sensitivity, field: str) -> Screened:
         """Screen ``text`` of a memory of class ``sensitivity``: the text itself and its
-        other forms (``ledger.textviews``: normalised). A kind found in several forms
-        counts as often as the form where it is found most.
+        other forms (``ledger.textviews``: unescaped, normalised). A kind found in several
+        forms counts as often as in the form where it is found most.
 
         Raises:
-            SecretFoundError: naming ``field``, a secret the policy refuses.
+            SecretFoundError: naming ``field``, a secret the policy refuses, or one it
+                would replace that cannot be replaced without breaking the text.
         """
-        forms = views(text)
-        found = self._secrets(forms)
-        rules = self.policy.secrets
-        refused = sorted({(s.kind, s.name) for s in found if rules.actions.get(s.kind, rules.action) == "refuse"})
-        if refused:
-            raise SecretFoundError(field, tuple(k for k, _ in refused), tuple(n for _, n in refused), self.policy.name)
+        text, found = self._without_secrets(text, field)
         findings = [
             ScreeningFinding(kind=k, category="secret", action="replaced", count=n)
             for k, n in sorted(_most((id(s.form), s.kind) for s in found).items())
         ]
-        if found:
-            text = _replace(text, [(s.form.origin(*s.span), s.kind) for s in found])
-            forms = views(text)
+        forms = views(text)
         personal = _most((i, kind) for i, form in enumerate(forms) for kind in self._personal(form.text))
         target = self.policy.personal.raise_to
         raise_it = bool(personal) and SENSITIVITY_ORDER.index(sensitivity) < SENSITIVITY_ORDER.index(target)
@@ -135,14 +133,69 @@ class Screener:
         )
         return Screened(text, target if raise_it else sensitivity, screening)
 
+    def _without_secrets(self, text: str, field: str) -> tuple[str, list[_Secret]]:
+        """``text`` with the secrets found in any of its forms replaced by
+        ``[secret: <kind>]`` (``_replaced``), and what was found.
+
+        Raises:
+            SecretFoundError: a secret the policy refuses; or the replaced text still
+                holds a secret, or is no longer JSON while ``text`` was (``replaceable``
+                false).
+        """
+        found = self._secrets(views(text))
+        rules = self.policy.secrets
+        refused = sorted({(s.kind, s.name) for s in found if rules.actions.get(s.kind, rules.action) == "refuse"})
+        if refused:
+            raise SecretFoundError(field, tuple(k for k, _ in refused), tuple(n for _, n in refused), self.policy.name)
+        if not found:
+            return text, found
+        replaced = self._replaced(text, found, field)
+        left = self._secrets(views(replaced))
+        if left or (is_json(text) and not is_json(replaced)):
+            named = sorted({(s.kind, s.name) for s in left or found})
+            kinds, names = tuple(k for k, _ in named), tuple(n for _, n in named)
+            raise SecretFoundError(field, kinds, names, self.policy.name, replaceable=False)
+        return replaced, found
+
+    def _replaced(self, text: str, found: list[_Secret], field: str) -> str:
+        """``text`` with each secret of ``found`` replaced. One inside a string of a JSON
+        text, or inside an escaped string of another text (``textviews.quoted_strings``),
+        is replaced in the string's decoded value, which is encoded again, so that JSON
+        stays JSON (its structure as it was); when the value alone holds no secret (it
+        was one by its context: ``{"password": "..."}``, or a match across strings), the
+        whole value is replaced. Elsewhere the text it came from is replaced, whole."""
+        strings = quoted_strings(text, escaped_only=not is_json(text))
+        loose: list[tuple[tuple[int, int], str]] = []
+        touched: dict[int, str] = {}  # index of a string -> the kind found first in it
+        for s in found:
+            start, end = s.form.origin(*s.span)
+            inside = [i for i, e in enumerate(strings) if start < e.end and e.start < end]
+            for i in inside:
+                touched.setdefault(i, s.kind)
+            if not inside:
+                loose.append(((start, end), s.kind))
+        edits = _markers(loose)
+        for i, kind in touched.items():
+            e = strings[i]
+            value, _ = self._without_secrets(e.value, field)
+            edits.append((e.start, e.end, encode_string(value if value != e.value else f"[secret: {kind}]")))
+        return _apply(text, edits)
+
     def _secrets(self, forms: list[View]) -> list[_Secret]:
-        """The secrets every plugin finds in each form."""
+        """The secrets every plugin finds in each form (what replaced secrets left masked)."""
         return [
             _Secret(kind_of(plugin.secret_type), plugin.secret_type, form, span)
             for form in forms
+            for text in (self._masked(form.text),)
             for plugin in self._plugins
-            for span in _secret_spans(plugin, form.text)
+            for span in _secret_spans(plugin, text)
         ]
+
+    def _masked(self, text: str) -> str:
+        """``text`` with each ``[secret: <kind>]`` made ``[___...]``, of the same length."""
+        if "[secret: " not in text:
+            return text
+        return self._markers.sub(lambda m: "[" + "_" * (len(m.group(0)) - 2) + "]", text)
 
     def _personal(self, text: str) -> Iterator[str]:
         detectors = self.policy.personal.detectors
@@ -248,19 +301,24 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _replace(text: str, found: list[tuple[tuple[int, int], str]]) -> str:
-    """``text`` with every span replaced by ``[secret: <kind>]``; overlapping spans (of
-    several plugins) are replaced as one, named by the kind found first in it."""
+def _markers(found: list[tuple[tuple[int, int], str]]) -> list[tuple[int, int, str]]:
+    """Edits replacing every span of ``found`` by ``[secret: <kind>]``; overlapping spans
+    (of several plugins) are replaced as one, named by the kind found first in it."""
     joined: list[tuple[int, int, str]] = []
     for (start, end), kind in sorted(found):
         if joined and start < joined[-1][1]:
             joined[-1] = (joined[-1][0], max(end, joined[-1][1]), joined[-1][2])
         elif end > start:
             joined.append((start, end, kind))
+    return [(start, end, f"[secret: {kind}]") for start, end, kind in joined]
+
+
+def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
+    """``text`` with each (start, end, replacement) of ``edits`` made (they do not overlap)."""
     out: list[str] = []
     last = 0
-    for start, end, kind in joined:
-        out += [text[last:start], f"[secret: {kind}]"]
+    for start, end, replacement in sorted(edits):
+        out += [text[last:start], replacement]
         last = end
     return "".join([*out, text[last:]])
 

@@ -16,9 +16,12 @@ overrides it):
   digits whose first digit is an ISO/IEC 7812 major industry identifier of card issuers,
   2 to 6, passing the Luhn check of python-stdnum) and IBANs (python-stdnum, ISO 13616
   with its mod-97 check);
-- every detector reads each form of the text (``ledger.textviews``): as given and
-  normalised (NFKC, format characters such as U+200B removed), so an invisible or
-  fullwidth character does not hide what it looks for.
+- every detector reads each form of the text (``ledger.textviews``): as given,
+  unescaped (double-quoted strings with backslash escapes decoded, as JSON writes them)
+  and normalised (NFKC, format characters such as U+200B removed), so neither JSON's
+  escapes nor an invisible or fullwidth character hide what it looks for. A secret
+  replaced inside a string of JSON is replaced in the decoded string, encoded again:
+  the text stays JSON; one that cannot be replaced so is refused.
 
 The decision is pure (no I/O) and is recorded on the event (``contracts.Screening``):
 which kinds were found, how often, and what was done. No value found is ever logged,
@@ -93,15 +96,24 @@ def load_screening_policy(path: Path | None = None) -> ScreeningPolicy:
 
 
 class SecretFoundError(InvalidCommandError):
-    """The text holds secrets the screening policy refuses. ``kinds`` names them (snake
-    case, as ``ScreeningFinding.kind``); the values are never carried."""
+    """The text holds secrets the screening policy refuses, or would replace but cannot
+    without breaking the text (``replaceable`` false). ``kinds`` names them (snake case,
+    as ``ScreeningFinding.kind``); the values are never carried."""
 
-    def __init__(self, field: str, kinds: tuple[str, ...], names: tuple[str, ...], policy: str) -> None:
-        super().__init__(
-            field,
-            f"holds a secret ({', '.join(names)}): memories must not store credentials; remove it, or have the"
-            f" screening policy {policy!r} replace it (secrets.action = 'replace')",
-        )
+    def __init__(
+        self, field: str, kinds: tuple[str, ...], names: tuple[str, ...], policy: str, *, replaceable: bool = True
+    ) -> None:
+        if replaceable:
+            rule = (
+                f"holds a secret ({', '.join(names)}): memories must not store credentials; remove it, or have the"
+                f" screening policy {policy!r} replace it (secrets.action = 'replace')"
+            )
+        else:
+            rule = (
+                f"holds a secret ({', '.join(names)}) that the screening policy {policy!r} cannot replace without"
+                " breaking the text (it would no longer be JSON, or still hold a secret): remove it"
+            )
+        super().__init__(field, rule)
         self.kinds = kinds
 
 

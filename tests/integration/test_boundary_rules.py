@@ -24,6 +24,7 @@ from tests.builders import memory_write
 from tests.integration.conftest import local_settings, one, recall_ids
 from tests.integration.distributed import distributed_settings
 from workers.bootstrap import Services, build
+from workers.langgraph_store.values import content_of, value_of
 from workers.versioning import rebuild
 
 pytestmark = pytest.mark.integration
@@ -257,3 +258,25 @@ def test_a_secret_behind_an_invisible_or_fullwidth_character_is_refused_and_an_i
     assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
     idn = write(svc, "Sam's address is john@exämple.com", "turn-3", provenance={"consent_ref": "c-1"})
     assert one(svc, "SELECT sensitivity FROM ledger_memories WHERE memory_id = %s", idn) == "personal"
+
+
+def test_json_escapes_hide_no_secret_or_personal_data_and_a_replaced_value_stays_readable(svc: Services) -> None:
+    ends = svc.log.end_offsets()
+    with pytest.raises(SecretFoundError) as refused:
+        write(svc, content_of({"cfg": 'db_password="hunter2xyz"'}), "turn-1")
+    assert (refused.value.field, refused.value.kinds) == ("content", ("secret_keyword",))
+    for value in ({"a": "iban:\nDE89370400440532013000"}, {"a": "phone\t2125550199"}):
+        with pytest.raises(InvalidCommandError) as no_consent:  # raised to personal: a consent is needed
+            write(svc, content_of(value), "turn-2", sensitivity="public")
+        assert no_consent.value.field == "provenance.consent_ref"
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
+
+    policy = load_screening_policy()
+    svc.ledger.screener = Screener(
+        policy.model_copy(update={"secrets": policy.secrets.model_copy(update={"action": "replace"})})
+    )
+    replaced = write(svc, content_of({"secret": 'abc"def', "n": 1}), "turn-3")
+    svc.catch_up()
+    content = one(svc, f"SELECT content FROM {STABLE.facts} WHERE memory_id = %s", replaced)
+    assert value_of(content) == {"secret": "[secret: secret_keyword]", "n": 1}

@@ -5,6 +5,7 @@ an error, a record or a log line."""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 from pathlib import Path
@@ -115,6 +116,15 @@ def test_an_internationalised_email_address_raises_the_class(text: str) -> None:
     screened = SCREENER.screen_text(text, "public", "content")
     assert screened.sensitivity == "personal" and screened.content == text
     assert [(f.kind, f.count) for f in screened.screening.findings] == [("email_address", 1)]
+
+
+@pytest.mark.parametrize("screener", [SCREENER, REPLACING], ids=["refuse", "replace"])
+def test_what_a_replaced_secret_left_screens_clean_but_a_secret_dressed_as_it_does_not(screener: Screener) -> None:
+    replaced = REPLACING.screen_text("postgres://deploy:Sup3rS3cretPw@db.internal:5432/app", "internal", "content")
+    again = screener.screen_text(replaced.content, "internal", "content")  # e.g. an item read and put back
+    assert (again.content, again.screening.findings) == (replaced.content, ())
+    with pytest.raises(SecretFoundError):
+        SCREENER.screen_text("[secret: AKIAIOSFODNN7EXAMPLE]", "internal", "content")
 
 
 def test_a_private_key_is_replaced_up_to_its_end_line_and_the_rest_is_kept() -> None:
@@ -234,3 +244,63 @@ def test_the_checked_in_policy_refuses_secrets_and_raises_to_personal() -> None:
         "payment_card_number",
         "iban",
     }
+
+
+def as_json(value: object) -> str:
+    """A value as the LangGraph store writes it: compact JSON, UTF-8 kept."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+ESCAPED_SECRETS = [  # each is refused as plain text; JSON's escapes must not hide it
+    (as_json({"cfg": 'db_password="hunter2xyz"'}), "secret_keyword", "hunter2xyz"),
+    (as_json({"outer": as_json({"cfg": 'db_password="hunter2xyz"'})}), "secret_keyword", "hunter2xyz"),
+    (as_json({"note": "deploy with\nAKIAIOSFODNN7EXAMPLE"}), "aws_access_key", "AKIAIOSFODNN7EXAMPLE"),
+    ('she wrote "db_password=\\"hunter2xyz\\"" in the ticket', "secret_keyword", "hunter2xyz"),
+]
+
+ESCAPED_PERSONAL = [
+    (as_json({"a": "iban:\nDE89370400440532013000"}), "iban"),
+    (as_json({"a": "phone\t2125550199"}), "phone_number"),
+    (as_json({"a": "tel:\n(212) 555-0199"}), "phone_number"),
+    (as_json({"card\n4111111111111111": "a key holds it"}), "payment_card_number"),
+]
+
+
+@pytest.mark.parametrize(("text", "kind", "value"), ESCAPED_SECRETS, ids=[k for _, k, _ in ESCAPED_SECRETS])
+def test_a_secret_behind_json_escapes_is_refused(text: str, kind: str, value: str) -> None:
+    with pytest.raises(SecretFoundError) as info:
+        SCREENER.screen_text(text, "internal", "content")
+    assert info.value.kinds == (kind,) and value not in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "kind"), ESCAPED_PERSONAL, ids=[t[:14] for t, _ in ESCAPED_PERSONAL])
+def test_personal_data_behind_json_escapes_raises_a_public_memory(text: str, kind: str) -> None:
+    screened = SCREENER.screen_text(text, "public", "content")
+    assert screened.sensitivity == "personal" and screened.content == text
+    assert [(f.kind, f.count) for f in screened.screening.findings] == [(kind, 1)]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"secret": 'abc"def', "n": 1}, {"secret": "[secret: secret_keyword]", "n": 1}),
+        ({"cfg": 'db_password="hunter2xyz"', "x": [1]}, {"cfg": 'db_password="[secret: secret_keyword]"', "x": [1]}),
+        ({"password": "hunter2xyz", "user": "sam"}, {"password": "[secret: secret_keyword]", "user": "sam"}),
+        ({"outer": as_json({"key": "AKIAIOSFODNN7EXAMPLE"})}, {"outer": as_json({"key": "[secret: aws_access_key]"})}),
+        (
+            {"a\nAKIAIOSFODNN7EXAMPLE": "a key", "b": "line one\nAKIAIOSFODNN7EXAMPLE\tend"},
+            {"a\n[secret: aws_access_key]": "a key", "b": "line one\n[secret: aws_access_key]\tend"},
+        ),
+        (  # a match across strings: each string is replaced, the list keeps its items
+            {"pem": ["-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAx4UbaDzY", "-----END RSA PRIVATE KEY-----"]},
+            {"pem": ["[secret: private_key]", "[secret: private_key]", "[secret: private_key]"]},
+        ),
+    ],
+)
+def test_a_secret_replaced_in_json_leaves_json_with_the_rest_of_the_value(
+    value: dict[str, object], expected: dict[str, object]
+) -> None:
+    screened = REPLACING.screen_text(as_json(value), "internal", "content")
+    assert json.loads(screened.content) == expected
+    assert "hunter2xyz" not in screened.content and "AKIAIOSFODNN7EXAMPLE" not in screened.content
+    assert [f.action for f in screened.screening.findings] == ["replaced"]
