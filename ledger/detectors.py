@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import unquote
 
 import phonenumbers
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -34,7 +35,15 @@ from contracts import MemoryWrite, Screening, ScreeningFinding
 from contracts.types import Sensitivity
 from ledger.admission import SENSITIVITY_ORDER
 from ledger.errors import PolicyError
-from ledger.screening import Screened, ScreeningPolicy, SecretFoundError, kind_of
+from ledger.screening import (
+    Label,
+    Screened,
+    ScreeningPolicy,
+    SecretFoundError,
+    kind_of,
+    label_refusal,
+    write_labels,
+)
 from ledger.textviews import View, encode_string, is_json, quoted_strings, views
 
 _KEYWORDS = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
@@ -53,7 +62,9 @@ _ASCII_EMAIL = re.compile(
 )
 """An ASCII address inside a candidate that is not valid as a whole (letters of a word
 before it: ``联系jane@example.com``)."""
-_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+"""13 to 19 digits, maybe grouped by spaces or hyphens, not part of a word (a UUID holds
+such runs: 4264-b466-739692214448)."""
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _ISSUER_MII = frozenset("23456")
 """First digits (major industry identifiers, ISO/IEC 7812-1) of payment card issuers:
@@ -96,15 +107,63 @@ class Screener:
 
     def screen(self, cmd: MemoryWrite) -> tuple[MemoryWrite, Screening]:
         """``cmd`` as it is admitted (content with secrets replaced, sensitivity raised)
-        and the screening decision.
+        and the screening decision, after its labels (``ledger.screening.write_labels``)
+        passed ``screen_labels``. The text and the labels are first read together, in
+        one pass of every detector: a write in which nothing is found (the usual one)
+        costs one pass; otherwise the labels and the text are screened apart, so that
+        what is found is put down to its field.
 
         Raises:
+            LabelRefusedError: a label breaks ``ledger.screening.label_refusal``.
             SecretFoundError: field ``content``, a secret the policy refuses.
         """
+        labels = write_labels(cmd)
+        if not self._finds_anything(cmd.content, labels):
+            return cmd, Screening(policy=self.policy.name)
+        self.screen_labels(labels)
         s = self.screen_text(cmd.content, cmd.sensitivity, "content")
         if (s.content, s.sensitivity) != (cmd.content, cmd.sensitivity):
             cmd = cmd.model_copy(update={"content": s.content, "sensitivity": s.sensitivity})
         return cmd, s.screening
+
+    def screen_labels(self, labels: Sequence[Label]) -> None:
+        """Screen the labels of a command (``ledger.screening.Label``), each as given and
+        percent-decoded (a LangGraph key part, a URL), in every form
+        (``ledger.textviews``), with the secret and personal detectors of the policy;
+        the rule is ``ledger.screening.label_refusal``.
+
+        Raises:
+            LabelRefusedError: the first label the rule refuses, naming its field and the
+                kinds found (never the value).
+        """
+        if not labels or not self._finds_anything(None, labels):
+            return
+        for label in labels:
+            texts = [form.text for t in _label_texts(label.value) for form in views(t)]
+            secrets = tuple(s.name for s in self._secrets([View(t) for t in texts]))
+            wanted = label.storage != "reference"  # the rule allows personal data in a reference
+            personal = tuple(kind for t in texts for kind in self._personal(t)) if wanted else ()
+            refusal = label_refusal(label, secrets, personal)
+            if refusal is not None:
+                raise refusal
+
+    def _finds_anything(self, content: str | None, labels: Sequence[Label]) -> bool:
+        """Whether any detector finds anything in ``content`` and ``labels`` read together,
+        one text a line (each line's forms made on its own): the secret detectors in all
+        of them, the personal data detectors in the content and in the labels whose
+        personal data the rule of labels refuses (not in references)."""
+        texts = [] if content is None else [(content, True)]
+        texts += [(t, label.storage != "reference") for label in labels for t in _label_texts(label.value)]
+        forms = [(views(t), personal) for t, personal in texts]
+        for level in range(max(len(f) for f, _ in forms)):
+            lines = [(f[min(level, len(f) - 1)].text, personal) for f, personal in forms]
+            joined = self._masked("\n".join(t for t, _ in lines))
+            if any(_secret_spans(plugin, joined) for plugin in self._plugins):
+                return True
+            joined = "\n".join(t for t, personal in lines if personal)
+            if joined and next(self._personal(joined), None) is not None:
+                return True
+        return False
 
     def screen_text(self, text: str, sensitivity: Sensitivity, field: str) -> Screened:
         """Screen ``text`` of a memory of class ``sensitivity``: the text itself and its
@@ -199,7 +258,7 @@ class Screener:
 
     def _personal(self, text: str) -> Iterator[str]:
         detectors = self.policy.personal.detectors
-        if "email_address" in detectors:
+        if "email_address" in detectors and "@" in text:
             yield from ("email_address" for m in _EMAIL.finditer(text) if _is_email(m.group(0)))
         if "phone_number" in detectors:
             yield from ("phone_number" for _ in _phone_spans(text, self.policy.personal.phone_regions))
@@ -210,6 +269,13 @@ class Screener:
 
 
 # -- detection ----------------------------------------------------------------------------
+
+
+def _label_texts(value: str) -> list[str]:
+    """A label as given and, when it holds percent escapes, percent-decoded (UTF-8, an
+    undecodable byte as U+FFFD)."""
+    decoded = unquote(value) if "%" in value else value
+    return [value] if decoded == value else [value, decoded]
 
 
 def _all_known(field: str, given: tuple[str, ...], known: set[str], what: str) -> None:

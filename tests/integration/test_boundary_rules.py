@@ -17,7 +17,7 @@ import pytest
 from contracts import EraseMemories, MemoryWritten, RevokeConsent, utc_now
 from ledger.detectors import Screener
 from ledger.errors import InvalidCommandError
-from ledger.screening import SecretFoundError, load_screening_policy
+from ledger.screening import LabelRefusedError, SecretFoundError, load_screening_policy
 from projections.facts import STABLE
 from projections.trace import EarlierVersion, trace
 from tests.builders import memory_write
@@ -280,3 +280,35 @@ def test_json_escapes_hide_no_secret_or_personal_data_and_a_replaced_value_stays
     svc.catch_up()
     content = one(svc, f"SELECT content FROM {STABLE.facts} WHERE memory_id = %s", replaced)
     assert value_of(content) == {"secret": "[secret: secret_keyword]", "n": 1}
+
+
+def test_labels_holding_secrets_or_personal_data_are_refused_and_nothing_is_appended(svc: Services) -> None:
+    p = svc.principal()
+    kept = write(svc, "Sam prefers aisle seats", "turn-1", key="seat")
+    ends = svc.log.end_offsets()
+    refused = [
+        ("provenance.agent", {"provenance": {"agent": f"bot of jane.doe@example.com {AWS_KEY}"}}),
+        ("purpose", {"purpose": f"{AWS_KEY}-support"}),
+        ("key", {"key": "jane.doe@example.com", "sensitivity": "public"}),
+        ("key", {"key": "langgraph:notes/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"}),
+        ("provenance.source_ref", {"provenance": {"source_ref": f"s3://bucket?key={AWS_KEY}"}}),
+    ]
+    for field, fields in refused:
+        with pytest.raises(LabelRefusedError) as info:
+            write(svc, "harmless note", "turn-2", **fields)
+        assert info.value.field == field
+        assert AWS_KEY not in str(info.value) and "jane.doe" not in str(info.value)
+    with pytest.raises(LabelRefusedError) as erasure:
+        svc.ledger.erase(p, EraseMemories(subject_id="alice", whole_subject=True, reason="asked by jane@example.com"))
+    assert erasure.value.field == "reason" and "ticket or case id" in erasure.value.rule
+    with pytest.raises(LabelRefusedError):
+        svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", purpose=f"{AWS_KEY}", allow_unmatched=True))
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM erasure_requests") == 0
+    assert one(svc, "SELECT status FROM ledger_memories WHERE memory_id = %s", kept) == "active"
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 1
+
+    source = "<CAF1x9=q@mail.example.com>"  # a reference may look like personal data: kept, sealed
+    cited = write(svc, "Sam flies on Fridays", "turn-3", provenance={"source_ref": source, "agent": "support-bot"})
+    r = svc.ledger.erase(p, EraseMemories(subject_id="alice", source_ref=source, reason="ticket 4711"))
+    assert r.affected == (cited,)

@@ -12,19 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from contracts import utc_now
+from contracts import EraseMemories, MemoryWrite, RedactMemory, RevokeConsent, utc_now
 from ledger.detectors import Screener
 from ledger.errors import InvalidCommandError, PolicyError
 from ledger.policy import load_policy
 from ledger.screening import (
+    Label,
+    LabelRefusedError,
     ScreeningPolicy,
     SecretFoundError,
     admit_write,
+    erasure_labels,
     kind_of,
     load_screening_policy,
+    redaction_labels,
+    revocation_labels,
     screen_redaction,
 )
 from tests.builders import memory_write
+from workers.gateway import InvalidRequestError
+from workers.gateway.service import translate
 
 POLICY = load_screening_policy()
 SCREENER = Screener(POLICY)
@@ -304,3 +311,149 @@ def test_a_secret_replaced_in_json_leaves_json_with_the_rest_of_the_value(
     assert json.loads(screened.content) == expected
     assert "hunter2xyz" not in screened.content and "AKIAIOSFODNN7EXAMPLE" not in screened.content
     assert [f.action for f in screened.screening.findings] == ["replaced"]
+
+
+def with_label(field: str, value: str) -> MemoryWrite:
+    """A write whose label ``field`` (dotted, as errors name it) is ``value``."""
+    prov: dict[str, object] = {"writer": "test-agent", "written_at": utc_now(), "turn_id": "turn-1"}
+    fields: dict[str, object] = {"provenance": prov}
+    if field.startswith("provenance."):
+        prov[field.removeprefix("provenance.")] = value
+    elif field == "scope.id":
+        fields["scope"] = {"type": "document", "id": value}
+    else:
+        fields[field] = value
+    return memory_write(content="Sam prefers short answers", **fields)
+
+
+LABEL_FIELDS = ["purpose", "key", "provenance.agent", "provenance.turn_id", "provenance.source_ref", "scope.id"]
+CLEAR_OR_KEY = ["purpose", "key", "provenance.agent"]
+REFERENCES = ["provenance.turn_id", "provenance.tool_call_id", "provenance.consent_ref", "provenance.source_ref"]
+
+
+@pytest.mark.parametrize("field", LABEL_FIELDS)
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("bot AKIAIOSFODNN7EXAMPLE", "aws_access_key"),
+        ("ci-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", "github_token"),
+        ("AKIAIOSF\u200bODNN7EXAMPLE", "aws_access_key"),
+        ("langgraph:AKIAIOSFODNN7EXAMPLE/answer", "aws_access_key"),
+    ],
+)
+def test_a_secret_in_any_label_is_refused_naming_the_field_also_under_replace(
+    field: str, value: str, kind: str
+) -> None:
+    for screener in (SCREENER, REPLACING):
+        with pytest.raises(LabelRefusedError) as info:
+            admit_write(load_policy(), screener, with_label(field, value), utc_now())
+        assert (info.value.field, info.value.category, info.value.kinds) == (field, "secret", (kind,))
+        assert "a label is an identifier, not a place for data" in info.value.rule
+        assert "AKIAIOSF" not in str(info.value) and "wWPw5k4a" not in str(info.value)
+
+
+@pytest.mark.parametrize("field", CLEAR_OR_KEY)
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("bot of jane.doe@example.com", "email_address"),
+        ("langgraph:notes/call%20%2B44%2020%207946%200958", "phone_number"),
+        ("card:4111111111111111", "payment_card_number"),
+        ("DE89370400440532013000", "iban"),
+        ("jürgen@bücher.de", "email_address"),
+    ],
+)
+def test_personal_data_in_a_clear_label_or_the_key_is_refused_naming_the_field(
+    field: str, value: str, kind: str
+) -> None:
+    with pytest.raises(LabelRefusedError) as info:
+        admit_write(load_policy(), SCREENER, with_label(field, value), utc_now())
+    assert (info.value.field, info.value.category, info.value.kinds) == (field, "personal", (kind,))
+    assert info.value.rule.startswith(f"holds personal data ({kind.replace('_', ' ')})")
+    assert "put personal data in the content" in info.value.rule
+    assert "jane.doe" not in str(info.value) and "7946" not in str(info.value) and "4111" not in str(info.value)
+
+
+@pytest.mark.parametrize("field", REFERENCES)
+def test_personal_data_in_a_reference_is_kept_sealed_and_records_nothing(field: str) -> None:
+    admitted = admit_write(load_policy(), SCREENER, with_label(field, "<CAF1x9=q@mail.example.com>"), utc_now())
+    assert admitted.screening.findings == () and admitted.cmd.sensitivity == "internal"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("purpose", "technical_writing"),
+        ("key", "langgraph:prefs/answer_length"),
+        ("key", "/memories/notes/2026-01-05.md"),
+        ("key", "0190a5a0-4264-7466-8396-739692214448"),
+        ("key", "35115d21-bbb4-4264-b466-739692214448"),
+        ("provenance.agent", "claude-code/1.2.3"),
+        ("provenance.tool_call_id", "toolu_01A09q90qw90lq917835lq9"),
+        ("provenance.turn_id", "D12:7"),
+        ("scope.id", "doc:handbook/v2"),
+    ],
+)
+def test_ordinary_labels_pass(field: str, value: str) -> None:
+    admitted = admit_write(load_policy(), SCREENER, with_label(field, value), utc_now())
+    assert admitted.screening.findings == () and admitted.cmd.sensitivity == "internal"
+
+
+def test_content_findings_are_put_down_to_the_content_when_the_labels_are_clean() -> None:
+    cmd = with_label("provenance.agent", "support-bot")
+    cmd = cmd.model_copy(update={"content": "Mail Sam at sam.jones@example.com", "sensitivity": "restricted"})
+    cmd, screening = SCREENER.screen(cmd)
+    assert [(f.kind, f.action) for f in screening.findings] == [("email_address", "kept")]
+
+
+@pytest.mark.parametrize(
+    ("labels", "field", "category"),
+    [
+        (
+            erasure_labels(EraseMemories(subject_id="a", whole_subject=True, reason="ticket from sam@example.com")),
+            "reason",
+            "personal",
+        ),
+        (
+            erasure_labels(
+                EraseMemories(subject_id="a", whole_subject=True, reason="r", legal_basis="AKIAIOSFODNN7EXAMPLE")
+            ),
+            "legal_basis",
+            "secret",
+        ),
+        (revocation_labels(RevokeConsent(subject_id="a", purpose="mails to sam@example.com")), "purpose", "personal"),
+        (
+            revocation_labels(RevokeConsent(subject_id="a", consent_ref="c-AKIAIOSFODNN7EXAMPLE")),
+            "consent_ref",
+            "secret",
+        ),
+        (
+            redaction_labels(RedactMemory(memory_id="m", replacement="x", fields=("content", "sam@example.com"))),
+            "fields[1]",
+            "personal",
+        ),
+    ],
+)
+def test_the_labels_of_erasures_withdrawals_and_redactions_are_screened(
+    labels: list[Label], field: str, category: str
+) -> None:
+    with pytest.raises(LabelRefusedError) as info:
+        SCREENER.screen_labels(labels)
+    assert (info.value.field, info.value.category) == (field, category)
+    assert "sam@example.com" not in str(info.value) and "AKIAIOSF" not in str(info.value)
+
+
+def test_an_erasure_by_source_is_never_refused_for_its_source_and_references_may_hold_personal_data() -> None:
+    cmd = EraseMemories(subject_id="a", source_ref="mailto:sam@example.com", reason="subject asked")
+    SCREENER.screen_labels(erasure_labels(cmd))
+    SCREENER.screen_labels(revocation_labels(RevokeConsent(subject_id="a", consent_ref="consent of sam@example.com")))
+    assert [label.field for label in erasure_labels(cmd)] == ["reason", "legal_basis"]
+
+
+@pytest.mark.parametrize("field", ["purpose", "key", "provenance.agent"])
+def test_a_refused_label_is_bad_input_to_the_gateway_not_a_conflict_of_state(field: str) -> None:
+    for value in ("bot of jane.doe@example.com", "AKIAIOSFODNN7EXAMPLE"):
+        with pytest.raises(LabelRefusedError) as info:
+            admit_write(load_policy(), SCREENER, with_label(field, value), utc_now())
+        err = translate(info.value)
+        assert (type(err), err.field) == (InvalidRequestError, field)
