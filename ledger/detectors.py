@@ -3,19 +3,23 @@ personal data in a text under a screening policy and decides, without I/O, what 
 
 Secrets are found with detect-secrets' plugins, called directly (no detect-secrets
 settings, filters, logging or verification requests are involved); email addresses are
-candidates checked with email-validator; phone numbers are those libphonenumber's matcher
+candidates checked with email-validator (internationalised ones too); phone numbers are those libphonenumber's matcher
 finds at its ``VALID`` leniency; payment card numbers are 13 to 19 digits whose first digit
 is a card issuer's major industry identifier (ISO/IEC 7812-1: 2 to 6) and that pass the
-Luhn check of python-stdnum; IBANs pass python-stdnum's ISO 13616 mod-97 check. This
-module imports those libraries: the ledger builds its ``Screener`` at its first write.
+Luhn check of python-stdnum; IBANs pass python-stdnum's ISO 13616 mod-97 check. Each
+detector reads every form of the text (``ledger.textviews``), so an invisible or
+compatibility character does not hide what it finds. This module imports those
+libraries: the ledger builds its ``Screener`` at its first write.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import unquote
 
 import phonenumbers
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -31,7 +35,16 @@ from contracts import MemoryWrite, Screening, ScreeningFinding
 from contracts.types import Sensitivity
 from ledger.admission import SENSITIVITY_ORDER
 from ledger.errors import PolicyError
-from ledger.screening import Screened, ScreeningPolicy, SecretFoundError, kind_of
+from ledger.screening import (
+    Label,
+    Screened,
+    ScreeningPolicy,
+    SecretFoundError,
+    kind_of,
+    label_refusal,
+    write_labels,
+)
+from ledger.textviews import View, encode_string, is_json, quoted_strings, views
 
 _KEYWORDS = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _PHONE_DIGITS = re.compile(r"\d(?:[\s().-]*\d){5}")
@@ -41,13 +54,33 @@ _LETTER = re.compile(r"[^\W\d_]")
 _DIGIT = re.compile(r"\d")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]+-----")
 _DELIMITERS = " \t\r\n:/@'\"=,;"
-_EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)+")
-_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+_EMAIL = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[\w-]+)+")
+"""An email address candidate, internationalised (RFC 6531: letters and digits of any
+script, in the local part and the domain, which email-validator checks as IDNA)."""
+_ASCII_EMAIL = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)+"
+)
+"""An ASCII address inside a candidate that is not valid as a whole (letters of a word
+before it: ``联系jane@example.com``)."""
+_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+"""13 to 19 digits, maybe grouped by spaces or hyphens, not part of a word (a UUID holds
+such runs: 4264-b466-739692214448)."""
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _ISSUER_MII = frozenset("23456")
 """First digits (major industry identifiers, ISO/IEC 7812-1) of payment card issuers:
 2 and 5 Mastercard, 3 travel and entertainment (American Express, JCB, Diners), 4 Visa,
 6 Discover, UnionPay, Maestro."""
+
+
+@dataclass(frozen=True)
+class _Secret:
+    """A secret a plugin found: its ``kind`` (snake case), detect-secrets' ``name`` of it,
+    the ``form`` of the text it was found in and its ``span`` there."""
+
+    kind: str
+    name: str
+    form: View
+    span: tuple[int, int]
 
 
 class Screener:
@@ -67,38 +100,87 @@ class Screener:
         regions = phonenumbers.SUPPORTED_REGIONS
         _all_known("personal.phone_regions", policy.personal.phone_regions, regions, "region")
         self._plugins: list[BasePlugin] = [by_name[name]() for name in policy.secrets.detectors]
+        # what a replaced secret leaves, [secret: <kind>]: no secret, though "secret:" reads as
+        # a keyword assignment; masked before detection, so that a replaced text screens clean
+        kinds = sorted({kind_of(p.secret_type) for p in self._plugins})
+        self._markers = re.compile(r"\[secret: (?:" + "|".join(map(re.escape, kinds)) + r")\]")
 
     def screen(self, cmd: MemoryWrite) -> tuple[MemoryWrite, Screening]:
         """``cmd`` as it is admitted (content with secrets replaced, sensitivity raised)
-        and the screening decision.
+        and the screening decision, after its labels (``ledger.screening.write_labels``)
+        passed ``screen_labels``. The text and the labels are first read together, in
+        one pass of every detector: a write in which nothing is found (the usual one)
+        costs one pass; otherwise the labels and the text are screened apart, so that
+        what is found is put down to its field.
 
         Raises:
+            LabelRefusedError: a label breaks ``ledger.screening.label_refusal``.
             SecretFoundError: field ``content``, a secret the policy refuses.
         """
+        labels = write_labels(cmd)
+        if not self._finds_anything(cmd.content, labels):
+            return cmd, Screening(policy=self.policy.name)
+        self.screen_labels(labels)
         s = self.screen_text(cmd.content, cmd.sensitivity, "content")
         if (s.content, s.sensitivity) != (cmd.content, cmd.sensitivity):
             cmd = cmd.model_copy(update={"content": s.content, "sensitivity": s.sensitivity})
         return cmd, s.screening
 
-    def screen_text(self, text: str, sensitivity: Sensitivity, field: str) -> Screened:
-        """Screen ``text`` of a memory of class ``sensitivity``.
+    def screen_labels(self, labels: Sequence[Label]) -> None:
+        """Screen the labels of a command (``ledger.screening.Label``), each as given and
+        percent-decoded (a LangGraph key part, a URL), in every form
+        (``ledger.textviews``), with the secret and personal detectors of the policy;
+        the rule is ``ledger.screening.label_refusal``.
 
         Raises:
-            SecretFoundError: naming ``field``, a secret the policy refuses.
+            LabelRefusedError: the first label the rule refuses, naming its field and the
+                kinds found (never the value).
         """
-        found: list[tuple[str, str, tuple[int, int]]] = []  # (kind, detect-secrets type, span)
-        for plugin in self._plugins:
-            found += [(kind_of(plugin.secret_type), plugin.secret_type, s) for s in _secret_spans(plugin, text)]
-        rules = self.policy.secrets
-        refused = sorted({(k, name) for k, name, _ in found if rules.actions.get(k, rules.action) == "refuse"})
-        if refused:
-            raise SecretFoundError(field, tuple(k for k, _ in refused), tuple(n for _, n in refused), self.policy.name)
+        if not labels or not self._finds_anything(None, labels):
+            return
+        for label in labels:
+            texts = [form.text for t in _label_texts(label.value) for form in views(t)]
+            secrets = tuple(s.name for s in self._secrets([View(t) for t in texts]))
+            wanted = label.storage != "reference"  # the rule allows personal data in a reference
+            personal = tuple(kind for t in texts for kind in self._personal(t)) if wanted else ()
+            refusal = label_refusal(label, secrets, personal)
+            if refusal is not None:
+                raise refusal
+
+    def _finds_anything(self, content: str | None, labels: Sequence[Label]) -> bool:
+        """Whether any detector finds anything in ``content`` and ``labels`` read together,
+        one text a line (each line's forms made on its own): the secret detectors in all
+        of them, the personal data detectors in the content and in the labels whose
+        personal data the rule of labels refuses (not in references)."""
+        texts = [] if content is None else [(content, True)]
+        texts += [(t, label.storage != "reference") for label in labels for t in _label_texts(label.value)]
+        forms = [(views(t), personal) for t, personal in texts]
+        for level in range(max(len(f) for f, _ in forms)):
+            lines = [(f[min(level, len(f) - 1)].text, personal) for f, personal in forms]
+            joined = self._masked("\n".join(t for t, _ in lines))
+            if any(_secret_spans(plugin, joined) for plugin in self._plugins):
+                return True
+            joined = "\n".join(t for t, personal in lines if personal)
+            if joined and next(self._personal(joined), None) is not None:
+                return True
+        return False
+
+    def screen_text(self, text: str, sensitivity: Sensitivity, field: str) -> Screened:
+        """Screen ``text`` of a memory of class ``sensitivity``: the text itself and its
+        other forms (``ledger.textviews``: unescaped, normalised). A kind found in several
+        forms counts as often as in the form where it is found most.
+
+        Raises:
+            SecretFoundError: naming ``field``, a secret the policy refuses, or one it
+                would replace that cannot be replaced without breaking the text.
+        """
+        text, found = self._without_secrets(text, field)
         findings = [
             ScreeningFinding(kind=k, category="secret", action="replaced", count=n)
-            for k, n in sorted(Counter(k for k, _, _ in found).items())
+            for k, n in sorted(_most((id(s.form), s.kind) for s in found).items())
         ]
-        text = _replace(text, [(span, k) for k, _, span in found])
-        personal = Counter(self._personal(text))
+        forms = views(text)
+        personal = _most((i, kind) for i, form in enumerate(forms) for kind in self._personal(form.text))
         target = self.policy.personal.raise_to
         raise_it = bool(personal) and SENSITIVITY_ORDER.index(sensitivity) < SENSITIVITY_ORDER.index(target)
         action: Literal["raised", "kept"] = "raised" if raise_it else "kept"
@@ -110,9 +192,73 @@ class Screener:
         )
         return Screened(text, target if raise_it else sensitivity, screening)
 
+    def _without_secrets(self, text: str, field: str) -> tuple[str, list[_Secret]]:
+        """``text`` with the secrets found in any of its forms replaced by
+        ``[secret: <kind>]`` (``_replaced``), and what was found.
+
+        Raises:
+            SecretFoundError: a secret the policy refuses; or the replaced text still
+                holds a secret, or is no longer JSON while ``text`` was (``replaceable``
+                false).
+        """
+        found = self._secrets(views(text))
+        rules = self.policy.secrets
+        refused = sorted({(s.kind, s.name) for s in found if rules.actions.get(s.kind, rules.action) == "refuse"})
+        if refused:
+            raise SecretFoundError(field, tuple(k for k, _ in refused), tuple(n for _, n in refused), self.policy.name)
+        if not found:
+            return text, found
+        replaced = self._replaced(text, found, field)
+        left = self._secrets(views(replaced))
+        if left or (is_json(text) and not is_json(replaced)):
+            named = sorted({(s.kind, s.name) for s in left or found})
+            kinds, names = tuple(k for k, _ in named), tuple(n for _, n in named)
+            raise SecretFoundError(field, kinds, names, self.policy.name, replaceable=False)
+        return replaced, found
+
+    def _replaced(self, text: str, found: list[_Secret], field: str) -> str:
+        """``text`` with each secret of ``found`` replaced. One inside a string of a JSON
+        text, or inside an escaped string of another text (``textviews.quoted_strings``),
+        is replaced in the string's decoded value, which is encoded again, so that JSON
+        stays JSON (its structure as it was); when the value alone holds no secret (it
+        was one by its context: ``{"password": "..."}``, or a match across strings), the
+        whole value is replaced. Elsewhere the text it came from is replaced, whole."""
+        strings = quoted_strings(text, escaped_only=not is_json(text))
+        loose: list[tuple[tuple[int, int], str]] = []
+        touched: dict[int, str] = {}  # index of a string -> the kind found first in it
+        for s in found:
+            start, end = s.form.origin(*s.span)
+            inside = [i for i, e in enumerate(strings) if start < e.end and e.start < end]
+            for i in inside:
+                touched.setdefault(i, s.kind)
+            if not inside:
+                loose.append(((start, end), s.kind))
+        edits = _markers(loose)
+        for i, kind in touched.items():
+            e = strings[i]
+            value, _ = self._without_secrets(e.value, field)
+            edits.append((e.start, e.end, encode_string(value if value != e.value else f"[secret: {kind}]")))
+        return _apply(text, edits)
+
+    def _secrets(self, forms: list[View]) -> list[_Secret]:
+        """The secrets every plugin finds in each form (what replaced secrets left masked)."""
+        return [
+            _Secret(kind_of(plugin.secret_type), plugin.secret_type, form, span)
+            for form in forms
+            for text in (self._masked(form.text),)
+            for plugin in self._plugins
+            for span in _secret_spans(plugin, text)
+        ]
+
+    def _masked(self, text: str) -> str:
+        """``text`` with each ``[secret: <kind>]`` made ``[___...]``, of the same length."""
+        if "[secret: " not in text:
+            return text
+        return self._markers.sub(lambda m: "[" + "_" * (len(m.group(0)) - 2) + "]", text)
+
     def _personal(self, text: str) -> Iterator[str]:
         detectors = self.policy.personal.detectors
-        if "email_address" in detectors:
+        if "email_address" in detectors and "@" in text:
             yield from ("email_address" for m in _EMAIL.finditer(text) if _is_email(m.group(0)))
         if "phone_number" in detectors:
             yield from ("phone_number" for _ in _phone_spans(text, self.policy.personal.phone_regions))
@@ -123,6 +269,13 @@ class Screener:
 
 
 # -- detection ----------------------------------------------------------------------------
+
+
+def _label_texts(value: str) -> list[str]:
+    """A label as given and, when it holds percent escapes, percent-decoded (UTF-8, an
+    undecodable byte as U+FFFD)."""
+    decoded = unquote(value) if "%" in value else value
+    return [value] if decoded == value else [value, decoded]
 
 
 def _all_known(field: str, given: tuple[str, ...], known: set[str], what: str) -> None:
@@ -214,29 +367,53 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _replace(text: str, found: list[tuple[tuple[int, int], str]]) -> str:
-    """``text`` with every span replaced by ``[secret: <kind>]``; overlapping spans (of
-    several plugins) are replaced as one, named by the kind found first in it."""
+def _markers(found: list[tuple[tuple[int, int], str]]) -> list[tuple[int, int, str]]:
+    """Edits replacing every span of ``found`` by ``[secret: <kind>]``; overlapping spans
+    (of several plugins) are replaced as one, named by the kind found first in it."""
     joined: list[tuple[int, int, str]] = []
     for (start, end), kind in sorted(found):
         if joined and start < joined[-1][1]:
             joined[-1] = (joined[-1][0], max(end, joined[-1][1]), joined[-1][2])
         elif end > start:
             joined.append((start, end, kind))
+    return [(start, end, f"[secret: {kind}]") for start, end, kind in joined]
+
+
+def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
+    """``text`` with each (start, end, replacement) of ``edits`` made (they do not overlap)."""
     out: list[str] = []
     last = 0
-    for start, end, kind in joined:
-        out += [text[last:start], f"[secret: {kind}]"]
+    for start, end, replacement in sorted(edits):
+        out += [text[last:start], replacement]
         last = end
     return "".join([*out, text[last:]])
 
 
 def _is_email(candidate: str) -> bool:
+    """Whether ``candidate`` is an email address (internationalised ones included: IDNA
+    domains and UTF-8 local parts, as email-validator checks them), or, when it is not
+    ASCII and not valid as a whole, holds an ASCII one."""
+    if _valid_email(candidate):
+        return True
+    return not candidate.isascii() and any(_valid_email(m.group(0)) for m in _ASCII_EMAIL.finditer(candidate))
+
+
+def _valid_email(candidate: str) -> bool:
     try:
         validate_email(candidate, check_deliverability=False)
     except EmailNotValidError:
         return False
     return True
+
+
+def _most(found: Iterable[tuple[Hashable, str]]) -> dict[str, int]:
+    """How often each kind was found in the form where it was found most often:
+    ``found`` holds (form, kind) pairs, one for each occurrence."""
+    per_form = Counter(found)
+    most: dict[str, int] = {}
+    for (_, kind), n in per_form.items():
+        most[kind] = max(most.get(kind, 0), n)
+    return most
 
 
 def _phone_spans(text: str, regions: tuple[str, ...]) -> set[tuple[int, int]]:

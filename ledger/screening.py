@@ -15,11 +15,23 @@ overrides it):
   Google's libphonenumber, at its ``VALID`` leniency), payment card numbers (13 to 19
   digits whose first digit is an ISO/IEC 7812 major industry identifier of card issuers,
   2 to 6, passing the Luhn check of python-stdnum) and IBANs (python-stdnum, ISO 13616
-  with its mod-97 check).
+  with its mod-97 check);
+- every detector reads each form of the text (``ledger.textviews``): as given,
+  unescaped (double-quoted strings with backslash escapes decoded, as JSON writes them)
+  and normalised (NFKC, format characters such as U+200B removed), so neither JSON's
+  escapes nor an invisible or fullwidth character hide what it looks for. A secret
+  replaced inside a string of JSON is replaced in the decoded string, encoded again:
+  the text stays JSON; one that cannot be replaced so is refused.
 
-The decision is pure (no I/O) and is recorded on the event (``contracts.Screening``):
-which kinds were found, how often, and what was done. No value found is ever logged,
-put in an error message or recorded.
+Labels, the free-text fields of a command other than a memory's text (``Label``), are
+screened with the same detectors at the boundary of every command: a label is an
+identifier, not a place for data (``label_refusal``: a secret in any label is refused,
+personal data in one kept in clear or in the key).
+
+The decision is pure (no I/O). For a text it is recorded on the event
+(``contracts.Screening``): which kinds were found, how often, and what was done; a label
+is admitted only when nothing refusable is found, and its refusal names the field and
+the kinds found. No value found is ever logged, put in an error message or recorded.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from contracts import MemoryWrite, Screening
+from contracts import EraseMemories, MemoryWrite, RedactMemory, RevokeConsent, Screening
 from contracts.types import Sensitivity, with_article
 from ledger.errors import InvalidCommandError
 from ledger.policy import RetentionPolicy, read_policy_file
@@ -90,16 +102,148 @@ def load_screening_policy(path: Path | None = None) -> ScreeningPolicy:
 
 
 class SecretFoundError(InvalidCommandError):
-    """The text holds secrets the screening policy refuses. ``kinds`` names them (snake
-    case, as ``ScreeningFinding.kind``); the values are never carried."""
+    """The text holds secrets the screening policy refuses, or would replace but cannot
+    without breaking the text (``replaceable`` false). ``kinds`` names them (snake case,
+    as ``ScreeningFinding.kind``); the values are never carried."""
 
-    def __init__(self, field: str, kinds: tuple[str, ...], names: tuple[str, ...], policy: str) -> None:
-        super().__init__(
-            field,
-            f"holds a secret ({', '.join(names)}): memories must not store credentials; remove it, or have the"
-            f" screening policy {policy!r} replace it (secrets.action = 'replace')",
-        )
+    def __init__(
+        self, field: str, kinds: tuple[str, ...], names: tuple[str, ...], policy: str, *, replaceable: bool = True
+    ) -> None:
+        if replaceable:
+            rule = (
+                f"holds a secret ({', '.join(names)}): memories must not store credentials; remove it, or have the"
+                f" screening policy {policy!r} replace it (secrets.action = 'replace')"
+            )
+        else:
+            rule = (
+                f"holds a secret ({', '.join(names)}) that the screening policy {policy!r} cannot replace without"
+                " breaking the text (it would no longer be JSON, or still hold a secret): remove it"
+            )
+        super().__init__(field, rule)
         self.kinds = kinds
+
+
+LabelStorage = Literal["clear", "key", "reference"]
+
+
+@dataclass(frozen=True)
+class Label:
+    """A free-text field of a command other than a memory's text: ``field`` (its name, as
+    errors name it), ``value``, and how the ledger keeps it, ``storage``:
+
+    - ``clear``: in clear in the log and the ledger's tables, kept after the memory is
+      erased (``purpose``, ``provenance.agent``, an erasure's ``reason`` and
+      ``legal_basis``, a redaction's ``fields``);
+    - ``key``: the attribute ``key``, sealed with the memory, but the unit of supersession,
+      listed and shown wherever the memory is, never screened for the memory's class;
+    - ``reference``: sealed with the memory and destroyed with it, a reference to the
+      subject's own material (``provenance.turn_id``, ``tool_call_id``, ``consent_ref``,
+      ``source_ref``, a document or workspace ``scope.id``).
+    """
+
+    field: str
+    value: str
+    storage: LabelStorage
+
+
+class LabelRefusedError(InvalidCommandError):
+    """A label holds a secret, or personal data where the ledger would keep it in clear or
+    as a key (``label_refusal``). ``category`` (``secret`` or ``personal``) and ``kinds``
+    (snake case, as ``ScreeningFinding.kind``) say what was found; never the value."""
+
+    def __init__(self, field: str, category: str, kinds: tuple[str, ...], rule: str) -> None:
+        super().__init__(field, rule)
+        self.category = category
+        self.kinds = kinds
+
+
+_WHERE_PERSONAL_BELONGS = "put personal data in the content, where it is sealed and erasable"
+_PERSONAL_HINT: dict[str, str] = {
+    "reason": "describe the request without it (a ticket or case id, say)",
+    "legal_basis": "name the basis without it (gdpr-art-17, say)",
+}
+
+
+def label_refusal(label: Label, secrets: tuple[str, ...], personal: tuple[str, ...]) -> LabelRefusedError | None:
+    """The rule of labels: a label is an identifier, not a place for data. ``secrets``
+    are the detect-secrets names of the secrets found in the label (``"AWS Access Key"``),
+    ``personal`` the kinds of personal data (``email_address``, ...). Returns the error to
+    raise, or ``None``:
+
+    - a secret in any label is refused (also under ``secrets.action = "replace"``: a
+      label with a part replaced would name another thing);
+    - personal data in a label kept in clear is refused: it would outlive an erasure of
+      the memory; in the ``key`` too, though sealed: it is listed and shown wherever the
+      memory is, and is not screened for the memory's class (the content is);
+    - personal data in a reference is allowed: it is sealed and erased with the memory,
+      and references often look like personal data without being it (an email's
+      Message-ID is address-shaped).
+    """
+    if secrets:
+        kinds = tuple(sorted({kind_of(name) for name in secrets}))
+        return LabelRefusedError(
+            label.field,
+            "secret",
+            kinds,
+            f"holds a secret ({', '.join(sorted(set(secrets)))}): a label is an identifier, not a place for data,"
+            " and memories must not store credentials; remove it",
+        )
+    if personal and label.storage != "reference":
+        kinds = tuple(sorted(set(personal)))
+        where = (
+            "a key names an attribute, it is listed and shown wherever the memory is"
+            if label.storage == "key"
+            else f"{label.field} is kept in clear and outlives an erasure of the memory"
+        )
+        hint = (
+            "put personal data in the content, where screening raises the memory's class"
+            if label.storage == "key"
+            else _PERSONAL_HINT.get(label.field, _WHERE_PERSONAL_BELONGS)
+        )
+        return LabelRefusedError(
+            label.field,
+            "personal",
+            kinds,
+            f"holds personal data ({', '.join(k.replace('_', ' ') for k in kinds)}): {where}; {hint}",
+        )
+    return None
+
+
+def write_labels(cmd: MemoryWrite) -> list[Label]:
+    """The labels of a write (``MemoryWrite``). Not among them: ``subject_id`` (named by
+    the principal's grant, the subject's identifier by design), ``provenance.writer``
+    (the authenticated principal), ``derived_from`` (memory ids, checked against the
+    ledger) and a subject scope's id (the subject's own)."""
+    p = cmd.provenance
+    found = [Label("purpose", cmd.purpose, "clear")]
+    if cmd.key is not None:
+        found.append(Label("key", cmd.key, "key"))
+    if p.agent is not None:
+        found.append(Label("provenance.agent", p.agent, "clear"))
+    if cmd.scope.type != "subject":
+        found.append(Label("scope.id", cmd.scope.id, "reference"))
+    refs = (("turn_id", p.turn_id), ("tool_call_id", p.tool_call_id), ("consent_ref", p.consent_ref))
+    found += [Label(f"provenance.{n}", v, "reference") for n, v in (*refs, ("source_ref", p.source_ref)) if v]
+    return found
+
+
+def erasure_labels(cmd: EraseMemories) -> list[Label]:
+    """The labels an erasure records in clear: ``reason`` and ``legal_basis``. Its
+    ``source_ref`` is not one: it names what to erase (matched against the memories'
+    sources, which were screened when written), and an erasure is never refused for it."""
+    return [Label("reason", cmd.reason, "clear"), Label("legal_basis", cmd.legal_basis, "clear")]
+
+
+def revocation_labels(cmd: RevokeConsent) -> list[Label]:
+    """The labels of a withdrawal of consent: ``purpose`` (recorded in clear) and
+    ``consent_ref`` (a reference)."""
+    found = [] if cmd.purpose is None else [Label("purpose", cmd.purpose, "clear")]
+    return found + ([] if cmd.consent_ref is None else [Label("consent_ref", cmd.consent_ref, "reference")])
+
+
+def redaction_labels(cmd: RedactMemory) -> list[Label]:
+    """The labels of a redaction: the names in ``fields``, recorded in clear."""
+    return [Label(f"fields[{i}]", name, "clear") for i, name in enumerate(cmd.fields)]
 
 
 def kind_of(secret_type: str) -> str:
@@ -129,10 +273,13 @@ class AdmittedWrite:
 
 
 def admit_write(policy: RetentionPolicy, screener: Screener, cmd: MemoryWrite, now: datetime) -> AdmittedWrite:
-    """Screen ``cmd``, then check it against its (possibly raised) class's retention
-    policy (``RetentionPolicy.apply``). ``now`` is UTC. No I/O.
+    """Screen ``cmd`` (its labels, ``write_labels``, and its text), then check it against
+    its (possibly raised) class's retention policy (``RetentionPolicy.apply``). ``now``
+    is UTC. No I/O.
 
     Raises:
+        LabelRefusedError: a label holds a secret, or personal data where the ledger
+            would keep it in clear or as a key (``label_refusal``; the field named).
         SecretFoundError: a secret the screening policy refuses (field ``content``).
         InvalidCommandError: the retention policy refuses the write; when screening
             raised its class, the message says what was found that made it so.

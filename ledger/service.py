@@ -78,7 +78,16 @@ from ledger.pgschema import vacuum
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
 from ledger.retry import retry_aborted
-from ledger.screening import AdmittedWrite, ScreeningPolicy, admit_write, load_screening_policy, screen_redaction
+from ledger.screening import (
+    AdmittedWrite,
+    ScreeningPolicy,
+    admit_write,
+    erasure_labels,
+    load_screening_policy,
+    redaction_labels,
+    revocation_labels,
+    screen_redaction,
+)
 from ledger.summariser import ExtractiveSummariser, Summariser
 from ledger.tombstone_log import Tombstone, TombstoneLog
 
@@ -357,6 +366,10 @@ class Ledger:
             NotAuthorisedError: no ``write`` grant for ``cmd.subject_id``.
             SecretFoundError: the text holds a secret the screening policy refuses
                 (field ``content``, the kind named); nothing was written.
+            LabelRefusedError: a label (``purpose``, ``key``, ``provenance.agent``, a
+                reference) holds a secret, or personal data where the ledger would keep
+                it in clear or as a key (``ledger.screening.label_refusal``); nothing
+                was written.
             InvalidCommandError: ``supersede_key`` without a ``key``; the retention
                 policy of the memory's class refuses it (``retention.expires_at`` not
                 in the future or beyond the class maximum, ``provenance.consent_ref``
@@ -632,10 +645,13 @@ class Ledger:
 
         Raises:
             NotAuthorisedError: no ``write`` grant for the subject.
+            LabelRefusedError: ``purpose`` or ``consent_ref`` breaks the rule of labels
+                (``ledger.screening.label_refusal``); nothing is written.
             InvalidCommandError: ``consent_ref`` or ``purpose`` matches nothing (see
                 ``admission.admit_revocation``); nothing is written.
         """
         principal.require("write", cmd.subject_id)
+        self.screener.screen_labels(revocation_labels(cmd))
         now = self._clock()
         corr = new_id()
 
@@ -743,9 +759,11 @@ class Ledger:
 
         Raises:
             UnknownMemoryError; InvalidCommandError if the memory was erased, or the
-            replacement holds personal data above the memory's class; SecretFoundError.
+            replacement holds personal data above the memory's class; SecretFoundError;
+            LabelRefusedError: a name in ``fields`` breaks the rule of labels.
         """
         principal.require("write", subject_id)
+        self.screener.screen_labels(redaction_labels(cmd))
         now = self._clock()
         corr = new_id()
         given = cmd.replacement.strip() or "[redacted]"
@@ -812,6 +830,8 @@ class Ledger:
 
         Raises:
             NotAuthorisedError: no ``erase`` grant for the subject.
+            LabelRefusedError: ``reason`` or ``legal_basis`` holds a secret or personal
+                data (both are kept in clear with the request); nothing is erased.
             UnknownMemoryError: a listed memory id is not a memory of the subject.
             InvalidCommandError: nothing left to erase (see ``erasure_targets``).
             NotWrittenError, AcknowledgementLostError, OutcomeUnknownError: as every
@@ -820,6 +840,7 @@ class Ledger:
                 publishes its tombstones and event.
         """
         principal.require("erase", cmd.subject_id)
+        self.screener.screen_labels(erasure_labels(cmd))
         now = self._clock()
         corr = correlation_id or new_id()
         request_id = "er-" + new_id()

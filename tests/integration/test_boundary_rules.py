@@ -18,13 +18,14 @@ import pytest
 from contracts import EraseMemories, MemoryReinstated, MemoryWritten, RevokeConsent, utc_now
 from ledger.detectors import Screener
 from ledger.errors import InvalidCommandError
-from ledger.screening import SecretFoundError, load_screening_policy
+from ledger.screening import LabelRefusedError, SecretFoundError, load_screening_policy
 from projections.facts import STABLE
 from projections.trace import EarlierVersion, trace
 from tests.builders import memory_write
 from tests.integration.conftest import local_settings, one, recall_ids
 from tests.integration.distributed import distributed_settings
 from workers.bootstrap import Services, build
+from workers.langgraph_store.values import content_of, value_of
 from workers.versioning import rebuild
 
 pytestmark = pytest.mark.integration
@@ -323,3 +324,74 @@ def test_secrets_are_refused_or_replaced_and_personal_data_raises_the_class(
     screened_in_every_store()
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert AWS_KEY not in logged and "Sup3rS3cretPw" not in logged
+
+
+def test_a_secret_behind_an_invisible_or_fullwidth_character_is_refused_and_an_idn_address_is_personal(
+    svc: Services,
+) -> None:
+    ends = svc.log.end_offsets()
+    for hidden in ("key AKIAIOSF\u200bODNN7EXAMPLE", "token \uff47hp_wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx"):
+        with pytest.raises(SecretFoundError) as refused:
+            write(svc, hidden, "turn-1")
+        assert refused.value.field == "content"
+    with pytest.raises(InvalidCommandError) as no_consent:
+        write(svc, "Sam's address is john@exämple.com", "turn-2", sensitivity="public")
+    assert no_consent.value.field == "provenance.consent_ref" and "email address" in no_consent.value.rule
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
+    idn = write(svc, "Sam's address is john@exämple.com", "turn-3", provenance={"consent_ref": "c-1"})
+    assert one(svc, "SELECT sensitivity FROM ledger_memories WHERE memory_id = %s", idn) == "personal"
+
+
+def test_json_escapes_hide_no_secret_or_personal_data_and_a_replaced_value_stays_readable(svc: Services) -> None:
+    ends = svc.log.end_offsets()
+    with pytest.raises(SecretFoundError) as refused:
+        write(svc, content_of({"cfg": 'db_password="hunter2xyz"'}), "turn-1")
+    assert (refused.value.field, refused.value.kinds) == ("content", ("secret_keyword",))
+    for value in ({"a": "iban:\nDE89370400440532013000"}, {"a": "phone\t2125550199"}):
+        with pytest.raises(InvalidCommandError) as no_consent:  # raised to personal: a consent is needed
+            write(svc, content_of(value), "turn-2", sensitivity="public")
+        assert no_consent.value.field == "provenance.consent_ref"
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
+
+    policy = load_screening_policy()
+    svc.ledger.screener = Screener(
+        policy.model_copy(update={"secrets": policy.secrets.model_copy(update={"action": "replace"})})
+    )
+    replaced = write(svc, content_of({"secret": 'abc"def', "n": 1}), "turn-3")
+    svc.catch_up()
+    content = one(svc, f"SELECT content FROM {STABLE.facts} WHERE memory_id = %s", replaced)
+    assert value_of(content) == {"secret": "[secret: secret_keyword]", "n": 1}
+
+
+def test_labels_holding_secrets_or_personal_data_are_refused_and_nothing_is_appended(svc: Services) -> None:
+    p = svc.principal()
+    kept = write(svc, "Sam prefers aisle seats", "turn-1", key="seat")
+    ends = svc.log.end_offsets()
+    refused = [
+        ("provenance.agent", {"provenance": {"agent": f"bot of jane.doe@example.com {AWS_KEY}"}}),
+        ("purpose", {"purpose": f"{AWS_KEY}-support"}),
+        ("key", {"key": "jane.doe@example.com", "sensitivity": "public"}),
+        ("key", {"key": "langgraph:notes/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"}),
+        ("provenance.source_ref", {"provenance": {"source_ref": f"s3://bucket?key={AWS_KEY}"}}),
+    ]
+    for field, fields in refused:
+        with pytest.raises(LabelRefusedError) as info:
+            write(svc, "harmless note", "turn-2", **fields)
+        assert info.value.field == field
+        assert AWS_KEY not in str(info.value) and "jane.doe" not in str(info.value)
+    with pytest.raises(LabelRefusedError) as erasure:
+        svc.ledger.erase(p, EraseMemories(subject_id="alice", whole_subject=True, reason="asked by jane@example.com"))
+    assert erasure.value.field == "reason" and "ticket or case id" in erasure.value.rule
+    with pytest.raises(LabelRefusedError):
+        svc.ledger.revoke_consent(p, RevokeConsent(subject_id="alice", purpose=f"{AWS_KEY}", allow_unmatched=True))
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM erasure_requests") == 0
+    assert one(svc, "SELECT status FROM ledger_memories WHERE memory_id = %s", kept) == "active"
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 1
+
+    source = "<CAF1x9=q@mail.example.com>"  # a reference may look like personal data: kept, sealed
+    cited = write(svc, "Sam flies on Fridays", "turn-3", provenance={"source_ref": source, "agent": "support-bot"})
+    r = svc.ledger.erase(p, EraseMemories(subject_id="alice", source_ref=source, reason="ticket 4711"))
+    assert r.affected == (cited,)

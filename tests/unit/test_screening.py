@@ -5,25 +5,33 @@ an error, a record or a log line."""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from contracts import utc_now
+from contracts import EraseMemories, MemoryWrite, RedactMemory, RevokeConsent, utc_now
 from ledger.detectors import Screener
 from ledger.errors import InvalidCommandError, PolicyError
 from ledger.policy import load_policy
 from ledger.screening import (
+    Label,
+    LabelRefusedError,
     ScreeningPolicy,
     SecretFoundError,
     admit_write,
+    erasure_labels,
     kind_of,
     load_screening_policy,
+    redaction_labels,
+    revocation_labels,
     screen_redaction,
 )
 from tests.builders import memory_write
+from workers.gateway import InvalidRequestError
+from workers.gateway.service import translate
 
 POLICY = load_screening_policy()
 SCREENER = Screener(POLICY)
@@ -54,6 +62,20 @@ PERSONAL = [
     ("pay to DE89 3704 0044 0532 0130 00", "iban"),
 ]
 
+EVASIONS = [  # a secret split by an invisible character, or spelt with a compatibility one
+    ("my aws key is AKIAIOSF\u200bODNN7EXAMPLE", "aws_access_key", "ODNN7EXAMPLE"),
+    ("my aws key is AKIA\u00adIOSFODNN7EXAMPLE", "aws_access_key", "IOSFODNN7EXAMPLE"),
+    ("CI uses \uff47hp_wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx", "github_token", "wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx"),
+    ("Zoë's key: AKIAIOSFODNN7\u2060EXAMPLE, café", "aws_access_key", "IOSFODNN7"),
+]
+
+INTERNATIONAL_EMAIL = [
+    "mail john@exämple.com",
+    "mail jöhn@example.com",
+    "schreib an jürgen@bücher.de",
+    "联系jane@example.com",
+]
+
 ORDINARY = [
     "Alice prefers short answers",
     "Alice's badge number is 90210 and her desk is 4F-17",
@@ -65,6 +87,8 @@ ORDINARY = [
     "Memory 0190a5a0-0000-7000-8000-000000000000 was superseded",
     "Card ending 4242, IBAN not given, email me later",
     "Uses a secret santa list and a private key ring for the office",
+    "Zoë prefers café au lait and the \ufb01le names in \uff46\uff55\uff4c\uff4c\uff57\uff49\uff44\uff54\uff48 letters",
+    "Zero\u200bwidth spaces and soft\u00adhyphens stay as written",
 ]
 
 
@@ -82,6 +106,32 @@ def test_a_replaced_secret_is_gone_whole_and_recorded_by_kind(text: str, kind: s
     assert value not in screened.content and f"[secret: {kind}]" in screened.content
     assert [(f.kind, f.category, f.action) for f in screened.screening.findings] == [(kind, "secret", "replaced")]
     assert value not in screened.screening.model_dump_json()
+
+
+@pytest.mark.parametrize(("text", "kind", "value"), EVASIONS, ids=[t[:22] for t, _, _ in EVASIONS])
+def test_a_secret_hidden_by_an_invisible_or_compatibility_character_is_found(text: str, kind: str, value: str) -> None:
+    with pytest.raises(SecretFoundError) as info:
+        SCREENER.screen_text(text, "internal", "content")
+    assert info.value.kinds == (kind,) and value not in str(info.value)
+    screened = REPLACING.screen_text(text, "internal", "content")  # replaced whole, the invisible character too
+    assert value not in screened.content and f"[secret: {kind}]" in screened.content
+    assert [(f.kind, f.count) for f in screened.screening.findings] == [(kind, 1)]
+
+
+@pytest.mark.parametrize("text", INTERNATIONAL_EMAIL)
+def test_an_internationalised_email_address_raises_the_class(text: str) -> None:
+    screened = SCREENER.screen_text(text, "public", "content")
+    assert screened.sensitivity == "personal" and screened.content == text
+    assert [(f.kind, f.count) for f in screened.screening.findings] == [("email_address", 1)]
+
+
+@pytest.mark.parametrize("screener", [SCREENER, REPLACING], ids=["refuse", "replace"])
+def test_what_a_replaced_secret_left_screens_clean_but_a_secret_dressed_as_it_does_not(screener: Screener) -> None:
+    replaced = REPLACING.screen_text("postgres://deploy:Sup3rS3cretPw@db.internal:5432/app", "internal", "content")
+    again = screener.screen_text(replaced.content, "internal", "content")  # e.g. an item read and put back
+    assert (again.content, again.screening.findings) == (replaced.content, ())
+    with pytest.raises(SecretFoundError):
+        SCREENER.screen_text("[secret: AKIAIOSFODNN7EXAMPLE]", "internal", "content")
 
 
 def test_a_private_key_is_replaced_up_to_its_end_line_and_the_rest_is_kept() -> None:
@@ -201,3 +251,209 @@ def test_the_checked_in_policy_refuses_secrets_and_raises_to_personal() -> None:
         "payment_card_number",
         "iban",
     }
+
+
+def as_json(value: object) -> str:
+    """A value as the LangGraph store writes it: compact JSON, UTF-8 kept."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+ESCAPED_SECRETS = [  # each is refused as plain text; JSON's escapes must not hide it
+    (as_json({"cfg": 'db_password="hunter2xyz"'}), "secret_keyword", "hunter2xyz"),
+    (as_json({"outer": as_json({"cfg": 'db_password="hunter2xyz"'})}), "secret_keyword", "hunter2xyz"),
+    (as_json({"note": "deploy with\nAKIAIOSFODNN7EXAMPLE"}), "aws_access_key", "AKIAIOSFODNN7EXAMPLE"),
+    ('she wrote "db_password=\\"hunter2xyz\\"" in the ticket', "secret_keyword", "hunter2xyz"),
+]
+
+ESCAPED_PERSONAL = [
+    (as_json({"a": "iban:\nDE89370400440532013000"}), "iban"),
+    (as_json({"a": "phone\t2125550199"}), "phone_number"),
+    (as_json({"a": "tel:\n(212) 555-0199"}), "phone_number"),
+    (as_json({"card\n4111111111111111": "a key holds it"}), "payment_card_number"),
+]
+
+
+@pytest.mark.parametrize(("text", "kind", "value"), ESCAPED_SECRETS, ids=[k for _, k, _ in ESCAPED_SECRETS])
+def test_a_secret_behind_json_escapes_is_refused(text: str, kind: str, value: str) -> None:
+    with pytest.raises(SecretFoundError) as info:
+        SCREENER.screen_text(text, "internal", "content")
+    assert info.value.kinds == (kind,) and value not in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "kind"), ESCAPED_PERSONAL, ids=[t[:14] for t, _ in ESCAPED_PERSONAL])
+def test_personal_data_behind_json_escapes_raises_a_public_memory(text: str, kind: str) -> None:
+    screened = SCREENER.screen_text(text, "public", "content")
+    assert screened.sensitivity == "personal" and screened.content == text
+    assert [(f.kind, f.count) for f in screened.screening.findings] == [(kind, 1)]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"secret": 'abc"def', "n": 1}, {"secret": "[secret: secret_keyword]", "n": 1}),
+        ({"cfg": 'db_password="hunter2xyz"', "x": [1]}, {"cfg": 'db_password="[secret: secret_keyword]"', "x": [1]}),
+        ({"password": "hunter2xyz", "user": "sam"}, {"password": "[secret: secret_keyword]", "user": "sam"}),
+        ({"outer": as_json({"key": "AKIAIOSFODNN7EXAMPLE"})}, {"outer": as_json({"key": "[secret: aws_access_key]"})}),
+        (
+            {"a\nAKIAIOSFODNN7EXAMPLE": "a key", "b": "line one\nAKIAIOSFODNN7EXAMPLE\tend"},
+            {"a\n[secret: aws_access_key]": "a key", "b": "line one\n[secret: aws_access_key]\tend"},
+        ),
+        (  # a match across strings: each string is replaced, the list keeps its items
+            {"pem": ["-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAx4UbaDzY", "-----END RSA PRIVATE KEY-----"]},
+            {"pem": ["[secret: private_key]", "[secret: private_key]", "[secret: private_key]"]},
+        ),
+    ],
+)
+def test_a_secret_replaced_in_json_leaves_json_with_the_rest_of_the_value(
+    value: dict[str, object], expected: dict[str, object]
+) -> None:
+    screened = REPLACING.screen_text(as_json(value), "internal", "content")
+    assert json.loads(screened.content) == expected
+    assert "hunter2xyz" not in screened.content and "AKIAIOSFODNN7EXAMPLE" not in screened.content
+    assert [f.action for f in screened.screening.findings] == ["replaced"]
+
+
+def with_label(field: str, value: str) -> MemoryWrite:
+    """A write whose label ``field`` (dotted, as errors name it) is ``value``."""
+    prov: dict[str, object] = {"writer": "test-agent", "written_at": utc_now(), "turn_id": "turn-1"}
+    fields: dict[str, object] = {"provenance": prov}
+    if field.startswith("provenance."):
+        prov[field.removeprefix("provenance.")] = value
+    elif field == "scope.id":
+        fields["scope"] = {"type": "document", "id": value}
+    else:
+        fields[field] = value
+    return memory_write(content="Sam prefers short answers", **fields)
+
+
+LABEL_FIELDS = ["purpose", "key", "provenance.agent", "provenance.turn_id", "provenance.source_ref", "scope.id"]
+CLEAR_OR_KEY = ["purpose", "key", "provenance.agent"]
+REFERENCES = ["provenance.turn_id", "provenance.tool_call_id", "provenance.consent_ref", "provenance.source_ref"]
+
+
+@pytest.mark.parametrize("field", LABEL_FIELDS)
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("bot AKIAIOSFODNN7EXAMPLE", "aws_access_key"),
+        ("ci-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", "github_token"),
+        ("AKIAIOSF\u200bODNN7EXAMPLE", "aws_access_key"),
+        ("langgraph:AKIAIOSFODNN7EXAMPLE/answer", "aws_access_key"),
+    ],
+)
+def test_a_secret_in_any_label_is_refused_naming_the_field_also_under_replace(
+    field: str, value: str, kind: str
+) -> None:
+    for screener in (SCREENER, REPLACING):
+        with pytest.raises(LabelRefusedError) as info:
+            admit_write(load_policy(), screener, with_label(field, value), utc_now())
+        assert (info.value.field, info.value.category, info.value.kinds) == (field, "secret", (kind,))
+        assert "a label is an identifier, not a place for data" in info.value.rule
+        assert "AKIAIOSF" not in str(info.value) and "wWPw5k4a" not in str(info.value)
+
+
+@pytest.mark.parametrize("field", CLEAR_OR_KEY)
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("bot of jane.doe@example.com", "email_address"),
+        ("langgraph:notes/call%20%2B44%2020%207946%200958", "phone_number"),
+        ("card:4111111111111111", "payment_card_number"),
+        ("DE89370400440532013000", "iban"),
+        ("jürgen@bücher.de", "email_address"),
+    ],
+)
+def test_personal_data_in_a_clear_label_or_the_key_is_refused_naming_the_field(
+    field: str, value: str, kind: str
+) -> None:
+    with pytest.raises(LabelRefusedError) as info:
+        admit_write(load_policy(), SCREENER, with_label(field, value), utc_now())
+    assert (info.value.field, info.value.category, info.value.kinds) == (field, "personal", (kind,))
+    assert info.value.rule.startswith(f"holds personal data ({kind.replace('_', ' ')})")
+    assert "put personal data in the content" in info.value.rule
+    assert "jane.doe" not in str(info.value) and "7946" not in str(info.value) and "4111" not in str(info.value)
+
+
+@pytest.mark.parametrize("field", REFERENCES)
+def test_personal_data_in_a_reference_is_kept_sealed_and_records_nothing(field: str) -> None:
+    admitted = admit_write(load_policy(), SCREENER, with_label(field, "<CAF1x9=q@mail.example.com>"), utc_now())
+    assert admitted.screening.findings == () and admitted.cmd.sensitivity == "internal"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("purpose", "technical_writing"),
+        ("key", "langgraph:prefs/answer_length"),
+        ("key", "/memories/notes/2026-01-05.md"),
+        ("key", "0190a5a0-4264-7466-8396-739692214448"),
+        ("key", "35115d21-bbb4-4264-b466-739692214448"),
+        ("provenance.agent", "claude-code/1.2.3"),
+        ("provenance.tool_call_id", "toolu_01A09q90qw90lq917835lq9"),
+        ("provenance.turn_id", "D12:7"),
+        ("scope.id", "doc:handbook/v2"),
+    ],
+)
+def test_ordinary_labels_pass(field: str, value: str) -> None:
+    admitted = admit_write(load_policy(), SCREENER, with_label(field, value), utc_now())
+    assert admitted.screening.findings == () and admitted.cmd.sensitivity == "internal"
+
+
+def test_content_findings_are_put_down_to_the_content_when_the_labels_are_clean() -> None:
+    cmd = with_label("provenance.agent", "support-bot")
+    cmd = cmd.model_copy(update={"content": "Mail Sam at sam.jones@example.com", "sensitivity": "restricted"})
+    cmd, screening = SCREENER.screen(cmd)
+    assert [(f.kind, f.action) for f in screening.findings] == [("email_address", "kept")]
+
+
+@pytest.mark.parametrize(
+    ("labels", "field", "category"),
+    [
+        (
+            erasure_labels(EraseMemories(subject_id="a", whole_subject=True, reason="ticket from sam@example.com")),
+            "reason",
+            "personal",
+        ),
+        (
+            erasure_labels(
+                EraseMemories(subject_id="a", whole_subject=True, reason="r", legal_basis="AKIAIOSFODNN7EXAMPLE")
+            ),
+            "legal_basis",
+            "secret",
+        ),
+        (revocation_labels(RevokeConsent(subject_id="a", purpose="mails to sam@example.com")), "purpose", "personal"),
+        (
+            revocation_labels(RevokeConsent(subject_id="a", consent_ref="c-AKIAIOSFODNN7EXAMPLE")),
+            "consent_ref",
+            "secret",
+        ),
+        (
+            redaction_labels(RedactMemory(memory_id="m", replacement="x", fields=("content", "sam@example.com"))),
+            "fields[1]",
+            "personal",
+        ),
+    ],
+)
+def test_the_labels_of_erasures_withdrawals_and_redactions_are_screened(
+    labels: list[Label], field: str, category: str
+) -> None:
+    with pytest.raises(LabelRefusedError) as info:
+        SCREENER.screen_labels(labels)
+    assert (info.value.field, info.value.category) == (field, category)
+    assert "sam@example.com" not in str(info.value) and "AKIAIOSF" not in str(info.value)
+
+
+def test_an_erasure_by_source_is_never_refused_for_its_source_and_references_may_hold_personal_data() -> None:
+    cmd = EraseMemories(subject_id="a", source_ref="mailto:sam@example.com", reason="subject asked")
+    SCREENER.screen_labels(erasure_labels(cmd))
+    SCREENER.screen_labels(revocation_labels(RevokeConsent(subject_id="a", consent_ref="consent of sam@example.com")))
+    assert [label.field for label in erasure_labels(cmd)] == ["reason", "legal_basis"]
+
+
+@pytest.mark.parametrize("field", ["purpose", "key", "provenance.agent"])
+def test_a_refused_label_is_bad_input_to_the_gateway_not_a_conflict_of_state(field: str) -> None:
+    for value in ("bot of jane.doe@example.com", "AKIAIOSFODNN7EXAMPLE"):
+        with pytest.raises(LabelRefusedError) as info:
+            admit_write(load_policy(), SCREENER, with_label(field, value), utc_now())
+        err = translate(info.value)
+        assert (type(err), err.field) == (InvalidRequestError, field)

@@ -11,10 +11,12 @@ recall as of a past instant returns what was current then, and never what was er
 revoked or redacted since.
 
 And the rules of the write boundary and of erasure (issue 13): a secret is refused and
-never recalled; personal data raises a memory to its class, whose consent rule then
-applies; a client's retry of a write changes nothing while a restatement in another turn
-still reinforces; an earlier version whose replacement is erased awaits confirmation, and
-an erasure with its history leaves no version to recall.
+never recalled, also behind JSON escapes or an invisible character; personal data raises
+a memory to its class, whose consent rule then applies; a key, purpose or reference
+holding a secret or personal data is refused; a client's retry of a write changes
+nothing while a restatement in another turn still reinforces; an earlier version whose
+replacement is erased awaits confirmation, and an erasure with its history leaves no
+version to recall.
 """
 
 from __future__ import annotations
@@ -536,6 +538,56 @@ SCENARIOS: tuple[Scenario, ...] = (
                 "where should the review notes go",
                 relevant=("contact",),
                 min_sensitivity=(("contact", "personal"),),
+            ),
+        ),
+    ),
+    Scenario(
+        name="hidden-secret-refused",
+        description="a secret behind JSON escapes or an invisible character is refused; an escaped IBAN is personal",
+        positive=False,
+        steps=(
+            Write("stack", "Deploys the billing service with Terraform on AWS", key="deploy_tool", confirmed=True),
+            Write("json-password", '{"cfg":"db_password=\\"hunter2xyz\\""}', key="db_config", refused="content"),
+            Write("split-key", "The deploy key is AKIAIOSF\u200bODNN7EXAMPLE", key="deploy_key", refused="content"),
+            Write(
+                "iban",
+                '{"payout":"iban:\\nDE89370400440532013000"}',
+                key="payout",
+                sensitivity="public",
+                consent_ref="consent-payout-1",
+                confirmed=True,
+            ),
+            RecallCheck(
+                "the tooling and the payout, no credential; the payout as personal data",
+                "which deploy key, database password and payout account should the examples use",
+                relevant=("stack", "iban"),
+                min_sensitivity=(("iban", "personal"),),
+            ),
+        ),
+    ),
+    Scenario(
+        name="label-holding-data-refused",
+        description="a key or purpose holding personal data or a secret is refused: a label is not a place for data",
+        positive=False,
+        steps=(
+            Write("contact", "Prefers review notes by email", key="review_channel", confirmed=True),
+            Write("email-key", "Send the review notes there", key="alex.moreau@example.com", refused="key"),
+            Write(
+                "secret-purpose",
+                "Deploy examples use the staging account",
+                purpose="deploy-AKIAIOSFODNN7EXAMPLE",
+                refused="purpose",
+            ),
+            Write(
+                "secret-source",
+                "The deploy examples follow the runbook",
+                source_ref="https://runbooks.example.com/deploy?token=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",
+                refused="provenance.source_ref",
+            ),
+            RecallCheck(
+                "the review channel only",
+                "how should the review notes be sent",
+                relevant=("contact",),
             ),
         ),
     ),

@@ -1,0 +1,196 @@
+"""The forms of a text that screening reads (``ledger.detectors``), so that a secret or
+personal data cannot hide behind an encoding:
+
+- the text as given;
+- its unescaped form: every double-quoted string holding a backslash escape (JSON's, as
+  in a LangGraph value, where ``db_password=\\"hunter2xyz\\"`` hides the quotes a
+  keyword detector looks for and ``iban:\\nDE89...`` glues an ``n`` to an IBAN) with its
+  escapes decoded as JSON decodes them (RFC 8259, section 7), and a string that decodes
+  to text holding such strings again (JSON inside a JSON string) decoded in turn. It
+  applies to object keys and values alike, and to such strings inside any text;
+- its normalised form (of the unescaped form, when there is one): each character
+  replaced by its Unicode compatibility form (NFKC, Unicode Standard Annex #15: the
+  fullwidth ``U+FF47`` reads ``g``) and format characters removed (general category
+  ``Cf``: the zero-width space U+200B, the soft hyphen, the byte order mark, ...), which
+  are invisible but split a token for a pattern. The mapping is made character by
+  character, so that each character of the form knows the one it came from.
+
+A form other than the text itself knows, for each of its characters, where in the text
+it came from (``View.origin``, worked out only when asked), so a secret found in it can
+be replaced in the text. Pure functions of the standard library; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+_QUOTED = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+"""A double-quoted string, backslash escapes included (what it holds is checked by
+decoding it as a JSON string)."""
+
+
+@dataclass(frozen=True)
+class QuotedString:
+    """A double-quoted string of a text: ``start`` and ``end`` (offsets of its quotes,
+    ``end`` exclusive) and its decoded ``value``."""
+
+    start: int
+    end: int
+    value: str
+
+
+def quoted_strings(text: str, escaped_only: bool = True) -> list[QuotedString]:
+    """The double-quoted strings of ``text`` that decode as JSON strings (control
+    characters allowed raw), left to right; with ``escaped_only``, only those holding a
+    backslash escape (cheap for a text without a backslash: ``[]``). Found left to
+    right, so in a JSON text they are its strings, keys and values."""
+    if escaped_only and "\\" not in text:
+        return []
+    found: list[QuotedString] = []
+    for m in _QUOTED.finditer(text):
+        token = m.group(0)
+        if escaped_only and "\\" not in token:
+            continue
+        try:
+            value = json.loads(token, strict=False)
+        except ValueError:
+            continue
+        found.append(QuotedString(m.start(), m.end(), value))
+    return found
+
+
+def encode_string(value: str) -> str:
+    """``value`` as a JSON string, UTF-8 kept but DEL and lone surrogates escaped (the
+    ledger's text rule refuses them raw)."""
+    encoded = json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    try:
+        encoded.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return encoded
+
+
+def is_json(text: str) -> bool:
+    """Whether ``text`` is a JSON object or array (RFC 8259; control characters allowed
+    raw in strings; one nested too deeply for Python's parser counts)."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return False
+    try:
+        json.loads(text, strict=False)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class View:
+    """A form of a text: ``text``, and where each of its characters came from in the
+    text (``sources``, worked out at the first ``origin``; the text itself has none)."""
+
+    text: str
+    make_sources: Callable[[], list[int]] | None = field(default=None, repr=False)
+    _sources: list[int] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def sources(self) -> list[int] | None:
+        """For each character, the offset in the text it came from, and one more at the
+        end; ``None`` for the text itself."""
+        if self._sources is None and self.make_sources is not None:
+            self._sources = self.make_sources()
+        return self._sources
+
+    def origin(self, start: int, end: int) -> tuple[int, int]:
+        """The span of the text the characters ``start:end`` of this form came from."""
+        sources = self.sources
+        if sources is None:
+            return start, end
+        if end <= start:
+            return sources[start], sources[start]
+        covered = sources[start:end]
+        return min(covered), max(covered) + 1
+
+
+def views(text: str) -> list[View]:
+    """The forms of ``text`` screening reads: the text itself, its unescaped form when it
+    holds an escaped string, and the normalised form of the last of those when
+    normalising changes it (never for ASCII). Usually just ``[View(text)]``."""
+    found = [View(text)]
+    if quoted_strings(text):
+        found.append(unescaped(text))
+    normal = normalised(found[-1])
+    if normal is not None:
+        found.append(normal)
+    return found
+
+
+def unescaped(text: str) -> View:
+    """The unescaped form of ``text``: each escaped string's value decoded, and decoded
+    in turn while it holds escaped strings (each character of a decoded string traced
+    back to the inside of its quotes)."""
+    strings = quoted_strings(text)
+    values = [_decoded(s.value) for s in strings]
+
+    def sources() -> list[int]:
+        out: list[int] = []
+        last = 0
+        for s, value in zip(strings, values, strict=True):
+            out += range(last, s.start)
+            out += [s.start, *[s.start + 1] * len(value), s.end - 1]
+            last = s.end
+        out += range(last, len(text) + 1)
+        return out
+
+    parts: list[str] = []
+    last = 0
+    for s, value in zip(strings, values, strict=True):
+        parts += [text[last : s.start], '"', value, '"']
+        last = s.end
+    parts.append(text[last:])
+    return View("".join(parts), sources)
+
+
+def _decoded(value: str) -> str:
+    """A decoded string's value, its own escaped strings decoded in turn."""
+    return unescaped(value).text if quoted_strings(value) else value
+
+
+def normalised(base: View) -> View | None:
+    """The normalised form of ``base`` (its characters traced back through ``base`` to
+    the text), or ``None`` when normalising changes nothing."""
+    changes = _changes(base.text)
+    if not changes:
+        return None
+
+    def sources() -> list[int]:
+        below = base.sources
+        out: list[int] = []
+        for i, ch in enumerate(base.text):
+            at = i if below is None else below[i]
+            form = changes.get(ord(ch))
+            out += [at] if form is None else [at] * len(form)
+        out.append(len(base.text) if below is None else below[-1])
+        return out
+
+    return View(base.text.translate(changes), sources)
+
+
+def _changes(text: str) -> dict[int, str]:
+    """What normalisation does to the characters of ``text``, by code point: a format
+    character (category ``Cf``) becomes nothing, another its NFKC form where that
+    differs. ASCII is its own normal form."""
+    out: dict[int, str] = {}
+    if text.isascii():
+        return out
+    for ch in set(text):
+        if ch.isascii():
+            continue
+        form = "" if unicodedata.category(ch) == "Cf" else unicodedata.normalize("NFKC", ch)
+        if form != ch:
+            out[ord(ch)] = form
+    return out
