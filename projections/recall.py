@@ -13,9 +13,10 @@ are judged at that past time, and nothing erased, revoked or redacted since come
 Reading never changes a memory (invariant 5).
 
 The ranking itself is pure (:mod:`projections.ranking`); this module does the I/O around
-it: the full-text queries (one round trip, while the query is embedded and the vector
-index searched), the rows of what the voices named and the neighbours of the anchors (one
-round trip), the vectors for MMR, and the text of the items returned (one round trip).
+it: the full-text queries (one round trip, in a worker thread while the query is embedded
+and the vector index searched), the rows of what the voices named and the neighbours of
+the anchors (one round trip), the vectors for MMR, and the text of the items returned (one
+round trip, in the worker thread while the MMR pool's vectors are read).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 from redis.exceptions import RedisError
@@ -38,7 +39,7 @@ from projections.cache import RecallCache
 from projections.conflicts import open_conflicts_of
 from projections.embedding import Embedder, token_counts
 from projections.errors import RecallError
-from projections.evidence import RecallItem, item_from_row, rrf
+from projections.evidence import RecallItem, item_from_row, one_per_key, rrf
 from projections.facts import FactsTables
 from projections.ranking.budget import within_budget
 from projections.ranking.candidates import Candidate, Signals
@@ -71,6 +72,8 @@ MAX_QUERY_CHARS = 4096
 
 _EXTRA_ROWS = 5
 """Groups fetched beyond ``k`` in case a row changed between ranking and fetching."""
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,7 @@ class Recall:
         self._uncacheable = uncacheable
         self._topic_tombstones = topic_tombstones
         self.ranking = ranking or RankingConfig()
-        self._lexical_worker: ThreadPoolExecutor | None = None
+        self._worker: ThreadPoolExecutor | None = None
 
     def recall(
         self,
@@ -266,8 +269,10 @@ class Recall:
                 log.warning("recall without cache: %s", exc)
                 degraded.append("cache")
                 cache_key = generation = None
-        ordered = self._rank(stores, queries, query, params, config, include_summaries, k, max_tokens, degraded)
-        items = self._items(ordered, k, max_tokens, params, queries, stores.embedder)
+        ordered, prefetched = self._rank(
+            stores, queries, query, params, config, include_summaries, k, max_tokens, degraded
+        )
+        items = self._items(ordered, k, max_tokens, params, queries, stores.embedder, prefetched)
         if cache is not None and cache_key is not None and generation is not None and not degraded:
             try:
                 self._store(cache, subject_id, cache_key, generation, items, now)
@@ -290,22 +295,23 @@ class Recall:
         k: int,
         max_tokens: int | None,
         degraded: list[str],
-    ) -> list[Candidate]:
+    ) -> tuple[list[Candidate], Future[_Rows] | None]:
         """The candidates recall may return, ranked (:mod:`projections.ranking.pipeline`):
         full text runs in a worker thread while the query is embedded and searched here.
         Without a token budget and without summaries (whose groups may absorb many
         sources) only the best ``3 k + 5`` (at least the MMR pool) are kept: one answer per
-        key drops at most two of three scopes' answers for a key."""
+        key drops at most two of three scopes' answers for a key.
+
+        Also returns the rows of the items most likely returned, being read in the worker
+        thread while the MMR pool's vectors are read here (None when nothing is read):
+        MMR only reorders its pool, so the first ``k + 5`` after it are among the first
+        ``max(mmr_pool, k + 5)`` answers (all of them with a token budget)."""
         rankers = build_rankers(config, include_summaries)
         names = config.enabled()
         summaries_wanted = max(config.depth if include_summaries else 0, config.sessions_depth)
         lexical_future = None
         if {"fts", "lineage", "sessions", "neighbours"} & set(names):
-            if self._lexical_worker is None:
-                self._lexical_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-fts")
-            lexical_future = self._lexical_worker.submit(
-                self._lexical, queries, {**params, "query": query}, config, summaries_wanted
-            )
+            lexical_future = self._submit(self._lexical, queries, {**params, "query": query}, config, summaries_wanted)
         vector_hits: list[VectorHit] = []
         derived_hits: list[VectorHit] = []
         if "vector" in names or "lineage" in names:
@@ -330,7 +336,16 @@ class Recall:
         keep = None if max_tokens is not None or include_summaries else max(3 * k + _EXTRA_ROWS, config.mmr_pool)
         ranked = shaped(signals, rankers, config, anchored, params["at"], params["statuses"], include_summaries, keep)
         ranked = self._not_erased_by_topic(ranked)
-        return finish(ranked, self._mmr_vectors(stores, ranked, config, degraded), config)
+        answered = one_per_key(ranked)
+        head = answered if max_tokens is not None else answered[: max(config.mmr_pool, k + _EXTRA_ROWS)]
+        prefetched = self._submit(self._rows, head, params, queries, stores.embedder) if head else None
+        return finish(answered, self._mmr_vectors(stores, ranked, config, degraded), config), prefetched
+
+    def _submit(self, fn: Callable[..., _T], *args: Any) -> Future[_T]:
+        """``fn(*args)`` in the worker thread (started on first use)."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-io")
+        return self._worker.submit(fn, *args)
 
     def _lexical(
         self, queries: RecallQueries, params: dict[str, Any], config: RankingConfig, summaries: int
@@ -419,13 +434,38 @@ class Recall:
         params: dict[str, Any],
         queries: RecallQueries,
         embedder: Embedder | None,
+        prefetched: Future[_Rows] | None = None,
     ) -> list[RecallItem]:
         """The returned items: the text and provenance of the best groups, each with its
         token count, within ``max_tokens``. A candidate whose row no longer passes the
-        rules is dropped (and a grouped source keeps its group only while it passes)."""
+        rules is dropped (and a grouped source keeps its group only while it passes).
+        ``prefetched``: rows already being read (:meth:`_rank`); those of other members
+        are read here. A prefetch the worker has not started yet is cancelled and read
+        here instead (the worker is busy with another recall)."""
         wanted = ordered[: (len(ordered) if max_tokens is not None else k + _EXTRA_ROWS)]
-        items = self._fetch(wanted, params, queries, embedder)
+        members = [m for g in wanted for m in g.members()]
+        rows = _Rows()
+        if prefetched is not None and not prefetched.cancel():
+            rows = prefetched.result()
+        missing = [m for m in members if m.memory_id not in rows.asked]
+        if missing:
+            rows = rows.merged(self._rows(missing, params, queries, embedder))
+        items = _assemble(wanted, rows)
         return within_budget(items, lambda i: sum(m.tokens for m in i.members()), k, max_tokens)
+
+    def _rows(
+        self, members: Sequence[Candidate], params: dict[str, Any], queries: RecallQueries, embedder: Embedder | None
+    ) -> _Rows:
+        """The rows of ``members`` that may still be returned, the open conflicts of the
+        unconfirmed ones and each row's token count (one connection)."""
+        if not members:
+            return _Rows()
+        unconfirmed = [m.memory_id for m in members if m.status == "needs_confirmation"]
+        with self._pool.connection() as conn:
+            rows = queries.items(conn, params, [m.memory_id for m in members])
+            conflicts = open_conflicts_of(conn, self._facts, unconfirmed)
+        counts = dict(zip(rows, token_counts(embedder, [r["content"] for r in rows.values()]), strict=True))
+        return _Rows(frozenset(m.memory_id for m in members), rows, conflicts, counts)
 
     def _fetch(
         self,
@@ -434,27 +474,7 @@ class Recall:
         queries: RecallQueries,
         embedder: Embedder | None,
     ) -> list[RecallItem]:
-        members = [m for g in groups for m in g.members()]
-        if not members:
-            return []
-        unconfirmed = [m.memory_id for m in members if m.status == "needs_confirmation"]
-        with self._pool.connection() as conn:
-            rows = queries.items(conn, params, [m.memory_id for m in members])
-            conflicts = open_conflicts_of(conn, self._facts, unconfirmed)
-        present = [m for m in members if m.memory_id in rows]
-        counts = dict(
-            zip(
-                (m.memory_id for m in present),
-                token_counts(embedder, [rows[m.memory_id]["content"] for m in present]),
-                strict=True,
-            )
-        )
-
-        def item(c: Candidate, grouped: Sequence[RecallItem] = ()) -> RecallItem:
-            m = c.memory_id
-            return item_from_row(rows[m], c.score, list(c.matched_by), conflicts.get(m, ()), counts[m], grouped)
-
-        return [item(g, [item(m) for m in g.grouped if m.memory_id in rows]) for g in groups if g.memory_id in rows]
+        return _assemble(groups, self._rows([m for g in groups for m in g.members()], params, queries, embedder))
 
     def _revalidate(
         self, hit: list[dict[str, Any]], params: dict[str, Any], queries: RecallQueries, embedder: Embedder | None
@@ -490,6 +510,38 @@ class Recall:
                 ttl_s = min(ttl_s, datetime.fromisoformat(member.expires_at).timestamp() - now.timestamp())
         if math.isfinite(ttl_s):
             cache.put(subject_id, key, generation, [asdict(i) for i in items], ttl_s)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """What :meth:`Recall._rows` read: the ids ``asked`` for, the ``rows`` of those that
+    may still be returned (by id), the open ``conflicts`` of unconfirmed ones and the
+    token ``counts`` of the rows."""
+
+    asked: frozenset[str] = frozenset()
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    conflicts: dict[str, list[str]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def merged(self, other: _Rows) -> _Rows:
+        return _Rows(
+            self.asked | other.asked,
+            {**self.rows, **other.rows},
+            {**self.conflicts, **other.conflicts},
+            {**self.counts, **other.counts},
+        )
+
+
+def _assemble(groups: Sequence[Candidate], found: _Rows) -> list[RecallItem]:
+    """``groups`` as items from ``found``: a group whose row is gone is dropped, and so is
+    a grouped source whose row is gone."""
+    rows, conflicts, counts = found.rows, found.conflicts, found.counts
+
+    def item(c: Candidate, grouped: Sequence[RecallItem] = ()) -> RecallItem:
+        m = c.memory_id
+        return item_from_row(rows[m], c.score, list(c.matched_by), conflicts.get(m, ()), counts[m], grouped)
+
+    return [item(g, [item(m) for m in g.grouped if m.memory_id in rows]) for g in groups if g.memory_id in rows]
 
 
 def _tokens(items: Sequence[RecallItem]) -> int:

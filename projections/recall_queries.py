@@ -56,36 +56,30 @@ any_term AS MATERIALIZED (
 """The query's ``english`` lexemes, each as a one-term tsquery (quoted, so no lexeme is
 parsed as an operator), and all of them joined by OR (NULL when the query has none)."""
 
-_NAMES = (
-    "memory_id, kind, status, key, scope_type, scope_id, derived_from, source_ref, written_at, confidence, confirmed"
-)
-"""The columns of a :class:`Candidate`, as named in ``pool``, ``hits`` and ``scored``."""
-
-
-def _names(alias: str) -> str:
-    return ", ".join(f"{alias}.{name.strip()}" for name in _NAMES.split(","))
-
-
-_BM25 = f"""
+_BM25 = """
 stats AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(dl), 1.0)::float8 AS avgdl FROM pool),
 hits AS MATERIALIZED (
-  SELECT {_names("p")}, p.dl::float8 AS dl, t.lexeme, ts_rank_cd('{{1,1,1,1}}', p.tsv, t.tsq, 0)::float8 AS tf
+  SELECT p.memory_id, p.status, p.derived, p.dl::float8 AS dl, t.lexeme,
+         ts_rank_cd('{1,1,1,1}', p.tsv, t.tsq, 0)::float8 AS tf
     FROM pool p JOIN terms t ON p.tsv @@ t.tsq),
 df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df FROM hits GROUP BY lexeme),
 scored AS MATERIALIZED (
-  SELECT DISTINCT ON (h.memory_id) {_names("h")},
+  SELECT h.memory_id, h.status, h.derived,
          sum(ln(1.0::float8 + (s.n - d.df + 0.5::float8) / (d.df + 0.5::float8))
              * h.tf * (%(k1)s::float8 + 1.0::float8)
-             / (h.tf + %(k1)s::float8 * (1.0::float8 - %(b)s::float8 + %(b)s::float8 * h.dl / s.avgdl)))
-           OVER (PARTITION BY h.memory_id) AS score
+             / (h.tf + %(k1)s::float8 * (1.0::float8 - %(b)s::float8 + %(b)s::float8 * h.dl / s.avgdl))
+             ORDER BY h.lexeme) AS score
     FROM hits h JOIN df d USING (lexeme) CROSS JOIN stats s
-   ORDER BY h.memory_id)"""
-"""Okapi BM25 of every memory of ``pool`` that holds a query term (no join of two
-row sets on memory id: the planner, which cannot estimate these sets, would nest loops)."""
+   GROUP BY h.memory_id, h.status, h.derived)"""
+"""Okapi BM25 of every memory of ``pool`` that holds a query term, summed over its terms
+in lexeme order (so equal texts get bit-equal scores whatever order the rows come in).
+No join of two row sets on memory id: the planner, which cannot estimate these sets,
+would nest loops."""
 
-_TS_RANK = f"""
+_TS_RANK = """
 scored AS MATERIALIZED (
-  SELECT {_names("p")}, {{function}}(p.tsv, q.tsq)::float8 AS score FROM pool p, any_term q WHERE p.tsv @@ q.tsq)"""
+  SELECT p.memory_id, p.status, p.derived, {function}(p.tsv, q.tsq)::float8 AS score
+    FROM pool p, any_term q WHERE p.tsv @@ q.tsq)"""
 
 _LIGHT = """f.memory_id, f.kind, st.status, f.key, f.scope_type, f.scope_id, f.derived_from,
   f.provenance->>'source_ref' AS source_ref, f.written_at, f.confidence, f.confirmed"""
@@ -189,11 +183,25 @@ class RecallQueries:
 
     # -- full text ---------------------------------------------------------------------------
 
-    def _lexical_sql(self, scoring: FtsScoring, table: str, light: str, rules: str, frm: str) -> str:
+    def _lexical_sql(self, scoring: FtsScoring, rules: str, frm: str, status: str) -> str:
+        """The CTEs up to ``scored`` (``memory_id``, ``status``, ``derived``, ``score``):
+        the pool holds only what scoring reads, the rows' other columns are read for the
+        few memories returned (:meth:`_best_rows`). ``status``: the SQL of a row's status."""
         score = _BM25 if scoring == "bm25" else _TS_RANK.format(function=scoring)
         return f"""WITH {_TERMS},
 pool AS MATERIALIZED (
-  SELECT {light}, f.tsv, length(f.tsv) AS dl FROM {frm} WHERE {rules}),{score}
+  SELECT f.memory_id, {status} AS status, cardinality(f.derived_from) > 0 AS derived, f.tsv, length(f.tsv) AS dl
+    FROM {frm} WHERE {rules}),{score}"""
+
+    @staticmethod
+    def _best_rows(best: str, table: str, light: str) -> str:
+        """The CTE ``best`` (``role``, ``memory_id``, ``status``, ``score``) joined back to
+        ``table`` for the columns of a :class:`Candidate` (``light``), best first."""
+        return f""",
+best AS MATERIALIZED ({best})
+SELECT b.role, {light}, b.score
+  FROM best b JOIN {table} f ON f.memory_id = b.memory_id CROSS JOIN LATERAL (SELECT b.status) st
+ ORDER BY b.score DESC, b.memory_id
 """
 
     def lexical(
@@ -210,21 +218,23 @@ pool AS MATERIALIZED (
         status ranking reads, and the best ``summaries`` summaries (one round trip).
         ``params`` also needs ``k1`` and ``b`` for BM25."""
         ranked = {**params, "statuses": list(RANKED_STATUSES), "returned": list(params["statuses"])}
-        facts = (
-            self._lexical_sql(scoring, self._facts.facts, _LIGHT, self._rules, self._from)
-            + """
-(SELECT 'hit' AS role, * FROM scored
+        facts = self._lexical_sql(scoring, self._rules, self._from, "st.status") + self._best_rows(
+            """
+(SELECT 'hit' AS role, memory_id, status, score FROM scored
   WHERE status = ANY(%(returned)s) ORDER BY score DESC, memory_id LIMIT %(depth)s)
 UNION ALL
-(SELECT 'seed' AS role, * FROM scored
-  WHERE cardinality(derived_from) > 0 ORDER BY score DESC, memory_id LIMIT %(seeds)s)
-"""
+(SELECT 'seed' AS role, memory_id, status, score FROM scored
+  WHERE derived ORDER BY score DESC, memory_id LIMIT %(seeds)s)""",
+            self._facts.facts,
+            _LIGHT,
         )
-        summary_sql = (
-            self._lexical_sql(scoring, self._summaries, _SUMMARY_LIGHT, self._summary_rules, f"{self._summaries} f")
-            + """
-SELECT 'summary' AS role, * FROM scored ORDER BY score DESC, memory_id LIMIT %(summaries)s
-"""
+        summary_sql = self._lexical_sql(
+            scoring, self._summary_rules, f"{self._summaries} f", "'active'"
+        ) + self._best_rows(
+            """
+SELECT 'summary' AS role, memory_id, status, score FROM scored ORDER BY score DESC, memory_id LIMIT %(summaries)s""",
+            self._summaries,
+            _SUMMARY_LIGHT,
         )
         with conn.pipeline(), conn.cursor(row_factory=dict_row) as cur_f, conn.cursor(row_factory=dict_row) as cur_s:
             cur_f.execute(facts, {**ranked, "depth": depth, "seeds": seeds})

@@ -238,3 +238,22 @@ def test_minilm_truncates_long_texts(real_minilm: Embedder) -> None:
     a, b = real_minilm.embed([long_a, long_b])
     # Both tails are past the 256-token limit, so the vectors are the same.
     assert _dot(a, b) == pytest.approx(1.0, abs=1e-6)
+
+
+@needs_minilm
+def test_minilm_token_counts_are_the_tokenizers_and_remembered_by_digest_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(minilm, "TOKEN_COUNTS_KEPT", 3)
+    embedder = MiniLMEmbedder()
+    tokenizer = minilm.load_tokenizer()
+    texts = ["Caroline went to the support group.", "短い", "tokens " * 300, "Caroline went to the support group."]
+    truth = [len(tokenizer.encode(t, add_special_tokens=False).ids) for t in texts]
+    assert truth[2] == 600  # no truncation at 256
+    assert embedder.count_tokens(texts) == truth
+    assert embedder.count_tokens(texts[::-1]) == truth[::-1]  # from memory, in the order asked
+    more = [f"text number {n}" for n in range(5)]
+    assert embedder.count_tokens(more) == [len(tokenizer.encode(t, add_special_tokens=False).ids) for t in more]
+    remembered = embedder._counts
+    assert len(remembered) == 3  # the least recently used are dropped
+    assert all(isinstance(k, bytes) and len(k) == 16 for k in remembered)  # digests, never the texts
+    assert embedder.count_tokens(texts) == truth  # dropped ones are counted again
+    assert embedder.count_tokens([]) == []

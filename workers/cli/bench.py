@@ -38,6 +38,9 @@ def report(as_json: bool, out: dict[str, Any], figures: list[Figure], text: Call
 def bench_recall_locomo(
     path: Annotated[Path, typer.Argument(help="locomo8.json, already ingested with ingest-locomo")],
     limit: Annotated[int | None, typer.Option(help="only the first N conversations")] = None,
+    settle_heap: Annotated[
+        bool, typer.Option(help="freeze what start-up made before the timed recalls (gc.freeze; workers.heap)")
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Evidence-turn recall@1/5/10/25 of the ledger's recall next to BM25, categories 1-4."""
@@ -46,7 +49,7 @@ def bench_recall_locomo(
     with services() as svc, progress_bar(not as_json) as progress:
         if svc.settings.mode == "embedded":
             svc.catch_up()
-        result = bench_recall(svc, path, progress=progress, limit=limit)
+        result = bench_recall(svc, path, progress=progress, limit=limit, settle_heap=settle_heap)
     emit(as_json, result.to_dict(), result.render)
 
 

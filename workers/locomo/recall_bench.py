@@ -14,6 +14,7 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from workers.bootstrap import Services
+from workers.heap import FullCollections, settle
 from workers.locomo.data import ATTRIBUTION, Conversation, NotIngestedError, Question, load_conversations
 from workers.locomo.ingest import ProgressFn, _live_memory_counts
 from workers.locomo.mapping import PURPOSE
@@ -128,6 +129,9 @@ class RecallBenchReport:
     ``unmatched_evidence``: evidence ids of evaluated questions that name no turn (always
     missed). Latencies are per recall call in milliseconds (``ledger_cached`` of those
     calls were answered by the recall cache, e.g. a question asked twice).
+    ``gc_full_collections``: full garbage collections that ran during the timed calls,
+    ``gc_pause_ms`` their total pause; ``heap_settled``: start-up was settled before them
+    (:func:`workers.heap.settle`).
     """
 
     path: str
@@ -147,6 +151,9 @@ class RecallBenchReport:
     bm25_ms_p50: float | None = None
     bm25_ms_p99: float | None = None
     """The BM25 baseline's own query time in the same run (ms), the latency's baseline."""
+    gc_full_collections: int = 0
+    gc_pause_ms: float = 0.0
+    heap_settled: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -191,6 +198,9 @@ class RecallBenchReport:
             f"ledger recall latency: p50 {self.latency_ms_p50:.1f} ms, p99 {self.latency_ms_p99:.1f} ms "
             f"(mean {self.latency_ms_mean:.1f} ms, {self.questions:,} calls, {self.ledger_cached} from cache){bm25}; "
             f"target p50 <= {p50_ms:.0f} ms, p99 <= {p99_ms:.0f} ms: {verdict}",
+            f"full garbage collections during the calls: {self.gc_full_collections} "
+            f"({self.gc_pause_ms:.0f} ms in all; start-up {'settled first' if self.heap_settled else 'not settled'},"
+            " see workers.heap)",
             f"evidence ids naming no turn (counted as missed): {self.unmatched_evidence}; "
             f"questions without evidence left out: {self.questions_without_evidence}",
             ATTRIBUTION,
@@ -205,6 +215,7 @@ def bench_recall(
     progress: ProgressFn | None = None,
     limit: int | None = None,
     now: datetime | None = None,
+    settle_heap: bool = True,
 ) -> RecallBenchReport:
     """Evidence-turn recall@k of the ledger's recall next to BM25, on conversations
     already ingested with :func:`ingest` (and projected).
@@ -216,10 +227,12 @@ def bench_recall(
       purpose="conversation_memory", query=question, now=now, k=max(ks),
       include_summaries=False)``; each item's ``provenance["turn_id"]`` is its turn (items
       of another kind than ``fact`` hold their place but match no turn), the cache
-      bypassed. Each call is
-      timed (milliseconds, wall clock). Summaries are left out of the ranking (and so out
-      of summary grouping): the metric is turn-level retrieval, and the data README's
-      baselines rank turns only, so the numbers stay comparable with them.
+      bypassed. Each call is timed (milliseconds, wall clock), after one untimed recall
+      (which loads the embedding model) and, with ``settle_heap``,
+      :func:`workers.heap.settle`, as a long-running process settles its start-up.
+      Summaries are left out of the ranking (and so out of summary grouping): the metric
+      is turn-level retrieval, and the data README's baselines rank turns only, so the
+      numbers stay comparable with them.
     * BM25: :func:`bm25_rankings` over the conversation's turn documents.
 
     Args:
@@ -227,6 +240,7 @@ def bench_recall(
         progress: called as ``progress("recall", questions_done, questions_total)``.
         limit: only the first ``limit`` conversations.
         now: the recall time (aware); default the current UTC time, after every session.
+        settle_heap: freeze what start-up made before the timed calls (:func:`workers.heap.settle`).
 
     Raises:
         FileNotFoundError, LocomoFormatError: see :func:`load_conversations`.
@@ -255,6 +269,12 @@ def bench_recall(
     latencies: list[float] = []
     bm25_ms: list[float] = []
     cached = unmatched = without = done = 0
+    first = next(((c, qs[0]) for c, qs in per_conv if qs), None)
+    if first is not None:  # loads the embedding model, untimed
+        services.recall.recall(principal, first[0].sample_id, PURPOSE, first[1].question, now, k=depth, use_cache=False)
+    if settle_heap:
+        settle()
+    collections = FullCollections().start()
     started = time.perf_counter()
     for conv, questions in per_conv:
         turn_ids = {t.dia_id for t in conv.turns}
@@ -283,6 +303,7 @@ def bench_recall(
             if progress is not None:
                 progress("recall", done, total)
     seconds = time.perf_counter() - started
+    collections.stop()
     if not evidences:
         raise ValueError(f"{path}: no questions of categories 1-4 with evidence to score")
     lat = np.asarray(latencies)
@@ -309,4 +330,7 @@ def bench_recall(
         embedder=services.settings.embedder,
         bm25_ms_p50=round(float(np.percentile(bm25_ms, 50)), 3),
         bm25_ms_p99=round(float(np.percentile(bm25_ms, 99)), 3),
+        gc_full_collections=collections.count,
+        gc_pause_ms=round(collections.pause_ms, 1),
+        heap_settled=settle_heap,
     )

@@ -14,6 +14,7 @@ from ledger.principals import Principal
 from projections.embedding import Embedder, token_counts
 from projections.ranking.config import RankingConfig
 from projections.recall import Recall
+from workers.heap import settle
 from workers.locomo.data import Conversation
 from workers.locomo.mapping import PURPOSE
 from workers.recall_eval.baselines import BaselineRun, bm25_stemmed, bm25_words, dense
@@ -130,8 +131,9 @@ def evaluate(
 ) -> EvalReport:
     """Measure the baselines and every variant of ``config`` (:func:`variants`) on
     ``evalset``, each query asked once per variant at ``now``, the cache bypassed. The
-    first variant (the fusion) is timed as it runs; the others reuse each query's
-    embedding (``stores.reusing``) and report no latency.
+    first variant (the fusion) is timed as it runs, once start-up is settled
+    (:func:`workers.heap.settle`, after the baselines have loaded the embedding model);
+    the others reuse each query's embedding (``stores.reusing``) and report no latency.
 
     Raises:
         whatever recall raises (``RecallError``, ``NotAuthorisedError``, store errors).
@@ -147,6 +149,7 @@ def evaluate(
         rows.append(_row(name, "baseline", evalset, base.rankings, tokens, base.latency_ms))
         if progress is not None:
             progress(name, len(evalset.queries), len(evalset.queries))
+    settle()
     for n, variant in enumerate(variants(config, ablations)):
         recall = stores.recall if n == 0 or stores.reusing is None else stores.reusing
         rankings, tokens, latency = _run_ledger(recall, stores, evalset, variant, now, progress)

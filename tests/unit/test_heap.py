@@ -1,0 +1,41 @@
+"""Settling a long-running process's start-up heap, and counting full collections."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from workers.heap import FullCollections, settle
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    yield
+    gc.unfreeze()  # the rest of the test session collects as before
+
+
+def test_settle_freezes_what_exists_and_later_objects_are_collected_as_before(unfrozen: None) -> None:
+    kept = [[n] for n in range(1000)]
+    frozen = settle()
+    assert frozen == gc.get_freeze_count() >= len(kept)
+    seen = {id(o) for o in gc.get_objects()}  # what collections walk: the frozen are not among them
+    assert all(gc.is_tracked(o) and id(o) not in seen for o in kept)
+    cycle: list[object] = []
+    cycle.append(cycle)  # garbage only a collection frees
+    del cycle
+    assert gc.collect() >= 1  # objects made after settling are still collected
+
+
+def test_full_collections_are_counted_with_their_pause_and_others_are_not() -> None:
+    counted = FullCollections().start()
+    gc.collect(0)
+    gc.collect(1)
+    assert counted.count == 0
+    gc.collect()
+    gc.collect(2)
+    counted.stop()
+    gc.collect()
+    assert counted.count == 2 and counted.pause_ms > 0.0
+    assert counted._callback not in gc.callbacks
