@@ -190,7 +190,7 @@ def test_a_refused_memory_of_a_batch_is_named_by_its_place_and_nothing_is_writte
     for bad, field in [
         (wire.WriteMemory(content="x", purpose=P, confidence=2), "memories.1.confidence"),  # the contract's rule
         (wire.WriteMemory(content="the key is AKIAIOSFODNN7EXAMPLE", purpose=P), "memories.1.content"),  # screening
-        (wire.WriteMemory(content="y", purpose=P, expires_at=utc_now()), "memories.1.retention.expires_at"),
+        (wire.WriteMemory(content="y", purpose=P, expires_at=utc_now()), "memories.1.expires_at"),  # the body's name
         (wire.WriteMemory(content="z", purpose=P, supersede_key=True), "memories.1.supersede_key"),
     ]:
         with pytest.raises(InvalidRequestError) as refused:
