@@ -269,14 +269,11 @@ def test_the_servers_refusal_of_a_put_names_the_put_its_field_and_its_place_in_t
     assert (refused.value.field, refused.value.rule) == ("ops[2].value", "holds a secret (AWS Access Key): ...")
     assert refused.value.problem.detail == "ops[2].value: holds a secret (AWS Access Key): ..."
 
-    past = unprocessable("memories.0.retention.expires_at", "must be in the future (UTC)")
+    past = unprocessable("memories.0.expires_at", "must be in the future (UTC)")
     with pytest.raises(InvalidRequest) as short:
         Scripted(past).run([PutOp(("a", "p"), "x", {"v": 1}, ttl=1e-9)])  # the only operation: no place
     assert short.value.field == "ttl"
-    assert (
-        short.value.rule
-        == "gives the memory's retention.expires_at, which the ledger refuses: must be in the future (UTC)"
-    )
+    assert short.value.rule == "gives the memory's expires_at, which the ledger refuses: must be in the future (UTC)"
     consent = unprocessable("memories.0.provenance.consent_ref", "the content holds personal data ...")
     with pytest.raises(InvalidRequest) as personal:
         Scripted(consent).run([PutOp(("a", "p"), "x", {"v": 1}), PutOp(("a", "p"), "y", {"v": 2})])

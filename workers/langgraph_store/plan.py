@@ -372,13 +372,14 @@ _BATCH_ITEM = re.compile(r"memories\.(\d+)\.(.+)")
 def put_field(field: str, rule: str) -> tuple[str, str]:
     """The field of a put that a refused field of its memory comes from, and the rule
     to say: the memory's ``content`` is the put's ``value``, its
-    ``retention.expires_at`` what the put's ``ttl`` made of it, its ``key`` the put's
-    ``key``; other fields (the store's own settings: ``provenance.consent_ref`` for a
-    value that holds personal data, ``sensitivity``) as the server names them."""
+    ``expires_at`` (the server's name of ``retention.expires_at``) what the put's ``ttl``
+    made of it, its ``key`` the put's ``key``; other fields (the store's own settings:
+    ``consent_ref`` for a value that holds personal data, ``sensitivity``) as the server
+    names them."""
     if field == "content":
         return "value", rule
-    if field == "retention.expires_at":
-        return "ttl", f"gives the memory's retention.expires_at, which the ledger refuses: {rule}"
+    if field in ("expires_at", "retention.expires_at"):
+        return "ttl", f"gives the memory's expires_at, which the ledger refuses: {rule}"
     return field, rule
 
 
