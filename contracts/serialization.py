@@ -158,11 +158,15 @@ def evolved(
         _active = previous
 
 
+def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """``(field.path, message)`` of each problem pydantic found, without its URLs and its
+    ``Value error, `` prefix; the path is empty for a rule of the whole model."""
+    return [
+        (".".join(str(p) for p in err["loc"]), str(err["msg"]).removeprefix("Value error, "))
+        for err in exc.errors(include_url=False)
+    ]
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """One line per problem, ``field.path: message``, without pydantic's URLs."""
-    parts = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts)
+    return "; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in validation_problems(exc))

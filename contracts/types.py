@@ -131,7 +131,8 @@ def utc_now() -> datetime:
 def iso_utc(moment: datetime) -> str:
     """``moment`` (timezone-aware) as ISO 8601 in UTC ending in ``Z``, with microseconds
     when it has any: ``2026-12-02T07:03:06.109607Z``, as pydantic writes the HTTP API's
-    times. Every time the system prints or returns as text takes this form.
+    times: the form of every time in the CLI's ``--json`` output and in the times
+    the projections return as text.
 
     Raises:
         ValueError: ``moment`` is naive (invariant 7: a naive datetime is an error).

@@ -13,6 +13,7 @@ import pytest
 from contracts import utc_now
 from tests.builders import PURPOSE
 from workers.bootstrap import Services, build
+from workers.gateway import Caller, Gateway
 from workers.settings import Settings
 
 
@@ -57,3 +58,17 @@ def one(svc: Services, sql: str, *params: Any) -> Any:
     with svc.pool.connection() as conn:
         row = conn.execute(sql, params).fetchone()
     return None if row is None else row[0] if len(row) == 1 else row
+
+
+@pytest.fixture
+def gateway(svc: Services) -> Iterator[Gateway]:
+    """The gateway (``memledger serve``'s application layer) over ``svc``, closed afterwards."""
+    gw = Gateway(svc)
+    yield gw
+    gw.close()
+
+
+def caller(gateway: Gateway, subject: str, scopes: tuple[str, ...] = ("read", "write", "erase")) -> Caller:
+    """An API key of principal ``agent-<subject>`` for ``subject`` alone, authenticated."""
+    _, token = gateway.keys.create(f"agent-{subject}", scopes, [subject])
+    return gateway.authenticate(token, "test")

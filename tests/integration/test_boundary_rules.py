@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,17 @@ def replay_every_projection(svc: Services) -> None:
     assert {info.version for info in svc.stores.serving().values()} == {2}
 
 
+def across_a_replay(svc: Services, check: Callable[[], None], *, same_facts: bool = False) -> None:
+    """``check`` holds, then holds again after a replay of every projection; with
+    ``same_facts`` the replay also rebuilds the same facts rows."""
+    check()
+    live = facts_rows(svc) if same_facts else None
+    replay_every_projection(svc)
+    check()
+    if same_facts:
+        assert facts_rows(svc) == live
+
+
 def test_an_earlier_version_awaits_confirmation_when_its_replacement_is_erased(svc: Services) -> None:
     p = svc.principal()
     old = write(svc, "Sam works at Foo Industries", "turn-1", key="employer")
@@ -98,11 +109,8 @@ def test_an_earlier_version_awaits_confirmation_when_its_replacement_is_erased(s
         assert report.verdict == "complete", report
         assert report.earlier_versions == [EarlierVersion(old, "needs_confirmation", True, True)]
 
-    the_older_version_awaits_confirmation()
-    live = facts_rows(svc)
-    replay_every_projection(svc)
-    the_older_version_awaits_confirmation()
-    assert facts_rows(svc) == live  # the replay folds the reinstatement into the same rows
+    # the replay folds the reinstatement into the same rows
+    across_a_replay(svc, the_older_version_awaits_confirmation, same_facts=True)
 
     confirmed = svc.ledger.confirm(p, "alice", old)
     assert [e.type for e in confirmed.events] == ["MemoryConfirmed"]
@@ -153,11 +161,7 @@ def test_the_nearest_version_not_erased_awaits_confirmation_when_a_chain_loses_i
         assert report.verdict == "complete", report
         assert report.earlier_versions == [EarlierVersion(a, "needs_confirmation", True, True)]
 
-    the_oldest_version_awaits_confirmation()
-    live = facts_rows(svc)
-    replay_every_projection(svc)
-    the_oldest_version_awaits_confirmation()
-    assert facts_rows(svc) == live
+    across_a_replay(svc, the_oldest_version_awaits_confirmation, same_facts=True)
 
     confirmed = svc.ledger.confirm(p, "alice", a)
     assert [e.type for e in confirmed.events] == ["MemoryConfirmed"]
@@ -187,9 +191,7 @@ def test_an_erasure_with_its_history_leaves_no_version_readable(svc: Services) -
         report = trace(svc.pool, r.request_id or "", svc.trace_targets())
         assert report.verdict == "complete" and report.with_history and report.earlier_versions == []
 
-    no_version_is_readable()
-    replay_every_projection(svc)
-    no_version_is_readable()
+    across_a_replay(svc, no_version_is_readable)
 
 
 def test_retried_commands_change_nothing_and_another_turn_reinforces(svc: Services) -> None:
@@ -236,11 +238,7 @@ def test_retried_commands_change_nothing_and_another_turn_reinforces(svc: Servic
         assert row == (0.75, "superseded")  # noisy-OR of two turns, 1 - 0.5 * 0.5; not of four attempts
         assert one(svc, f"SELECT count(*) FROM {STABLE.facts} WHERE content = 'Sam now drinks black tea'") == 1
 
-    confidence_of_two_turns()
-    live = facts_rows(svc)
-    replay_every_projection(svc)
-    confidence_of_two_turns()
-    assert facts_rows(svc) == live
+    across_a_replay(svc, confidence_of_two_turns, same_facts=True)
 
 
 def test_a_retry_that_differs_only_in_white_space_or_normal_form_is_a_retry(svc: Services) -> None:
@@ -265,9 +263,7 @@ def test_a_retry_that_differs_only_in_white_space_or_normal_form_is_a_retry(svc:
         row = one(svc, f"SELECT confidence, content FROM {STABLE.facts} WHERE memory_id = %s", first.memory_id)
         assert row == (0.75, "Sam prefers the café window seats")  # 1 - 0.5 * 0.5: two turns, not five attempts
 
-    confidence_of_two_turns()
-    replay_every_projection(svc)
-    confidence_of_two_turns()
+    across_a_replay(svc, confidence_of_two_turns)
 
 
 def test_secrets_are_refused_or_replaced_and_personal_data_raises_the_class(
@@ -319,9 +315,7 @@ def test_secrets_are_refused_or_replaced_and_personal_data_raises_the_class(
         assert content == "Connect with postgres://[secret: basic_auth_credentials]@db.internal:5432/app"
         assert one(svc, f"SELECT count(*) FROM {STABLE.facts} WHERE content LIKE '%%Sup3rS3cretPw%%'") == 0
 
-    screened_in_every_store()
-    replay_every_projection(svc)
-    screened_in_every_store()
+    across_a_replay(svc, screened_in_every_store)
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert AWS_KEY not in logged and "Sup3rS3cretPw" not in logged
 

@@ -4,36 +4,20 @@ shows a principal that may erase but not read, and the field names its refusals 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
+from tests.integration.conftest import caller, one
 from workers import wire
 from workers.bootstrap import Services
-from workers.gateway import Caller, ForbiddenError, Gateway, InvalidRequestError
+from workers.gateway import ForbiddenError, Gateway, InvalidRequestError
 
 pytestmark = pytest.mark.integration
 
 PURPOSE = "support"
 
 
-@pytest.fixture
-def gateway(svc: Services) -> Iterator[Gateway]:
-    gw = Gateway(svc)
-    yield gw
-    gw.close()
-
-
-def caller(gateway: Gateway, subject: str, scopes: tuple[str, ...] = ("read", "write", "erase")) -> Caller:
-    _, token = gateway.keys.create(f"agent-{'-'.join(scopes)}", scopes, [subject])
-    return gateway.authenticate(token, "test")
-
-
 def log_end(svc: Services) -> int:
-    with svc.pool.connection() as conn:
-        row = conn.execute("SELECT count(*) FROM memory_events").fetchone()
-    assert row is not None
-    return int(row[0])
+    return int(one(svc, "SELECT count(*) FROM memory_events"))
 
 
 def test_a_supersession_sent_twice_is_answered_as_a_retry(gateway: Gateway, svc: Services) -> None:

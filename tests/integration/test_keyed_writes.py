@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 
 from contracts import utc_now
+from tests.integration.conftest import caller
 from workers import wire
 from workers.bootstrap import Services
 from workers.gateway import Caller, Gateway, InvalidRequestError
@@ -23,16 +23,8 @@ P = "agent_memory"
 
 
 @pytest.fixture
-def gateway(svc: Services) -> Iterator[Gateway]:
-    gw = Gateway(svc)
-    yield gw
-    gw.close()
-
-
-@pytest.fixture
 def alice(gateway: Gateway) -> Caller:
-    _, token = gateway.keys.create("agent-alice", ("read", "write", "erase"), ["alice"])
-    return gateway.authenticate(token, "test")
+    return caller(gateway, "alice")
 
 
 def put(gateway: Gateway, who: Caller, key: str, content: str, **fields: object) -> wire.CommandAck:

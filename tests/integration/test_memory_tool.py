@@ -4,29 +4,17 @@ erasure that reaches every revision of a file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.integration.conftest import caller
 from workers import wire
 from workers.bootstrap import Services
 from workers.gateway import Caller, ConflictError, ForbiddenError, Gateway, InvalidRequestError, NotFoundError
 from workers.memtool.service import MemoryTool
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def gateway(svc: Services) -> Iterator[Gateway]:
-    gw = Gateway(svc)
-    yield gw
-    gw.close()
-
-
-def caller(gateway: Gateway, subject: str, scopes: tuple[str, ...] = ("read", "write", "erase")) -> Caller:
-    _, token = gateway.keys.create(f"agent-{subject}", scopes, [subject])
-    return gateway.authenticate(token, "test")
 
 
 def run(tool: MemoryTool, who: Caller, subject: str, **command: Any) -> wire.MemoryToolResult:

@@ -31,8 +31,9 @@ TEXTS = [
 QUERY = "When did Caroline go to the support group?"
 
 
-def _lexical(svc: Services, query: str) -> Any:
-    params = {
+def _params(query: str, **over: Any) -> dict[str, Any]:
+    """The parameters of recall's SQL for alice's ``PURPOSE`` now, BM25's k1 1.2 and b 0.75."""
+    base = {
         "subject": "alice",
         "purpose": PURPOSE,
         "statuses": ["active"],
@@ -43,6 +44,11 @@ def _lexical(svc: Services, query: str) -> Any:
         "k1": 1.2,
         "b": 0.75,
     }
+    return {**base, **over}
+
+
+def _lexical(svc: Services, query: str) -> Any:
+    params = _params(query)
     with svc.pool.connection() as conn:
         return svc.recall._queries.lexical(conn, params, "bm25", depth=50, seeds=50, summaries=3)
 
@@ -95,20 +101,7 @@ def test_the_full_text_score_is_okapi_bm25_over_the_stored_lexemes(svc: Services
 def _scores(svc: Services, query: str) -> dict[str, float]:
     """memory id -> the SQL's score, read from the query's own result rows."""
     captured: dict[str, float] = {}
-    params = {
-        "subject": "alice",
-        "purpose": PURPOSE,
-        "statuses": list(("active", "needs_confirmation")),
-        "returned": ["active"],
-        "scopes": ["subject:alice"],
-        "at": utc_now(),
-        "as_of": None,
-        "query": query,
-        "k1": 1.2,
-        "b": 0.75,
-        "depth": 50,
-        "seeds": 50,
-    }
+    params = _params(query, statuses=["active", "needs_confirmation"], returned=["active"], depth=50, seeds=50)
     queries = svc.recall._queries
     sql = queries._lexical_sql("bm25", queries._rules, queries._from, "st.status") + queries._best_rows(
         "SELECT 'hit' AS role, memory_id, status, score FROM scored", svc.recall._facts.facts, "f.memory_id"

@@ -24,6 +24,8 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from contracts.serialization import validation_problems as contract_problems
+
 Surface = Literal["http", "cli"]
 
 
@@ -93,9 +95,7 @@ def validation_problems(exc: ValidationError, surface: Surface) -> list[tuple[st
     field is empty for a rule of the whole model (whose message names its field itself:
     ``memory_ids: give ...``). Pydantic's ``Value error, `` prefix and URLs are left out."""
     out = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"])
-        rule = str(err["msg"]).removeprefix("Value error, ")
+    for loc, rule in contract_problems(exc):
         if loc:
             out.append(refusal(loc, rule, surface))
         else:

@@ -681,9 +681,8 @@ def translate(exc: Exception) -> GatewayError:
     if isinstance(exc, RecallError):
         return InvalidRequestError(*fields.refusal(exc.field, exc.rule, "http"))
     if isinstance(exc, ValidationError):
-        problems = fields.validation_problems(exc, "http")
-        field, rule = problems[0]
-        text = "; ".join(f"{f}: {r}" if f else r for f, r in problems)
+        field, _ = fields.validation_problems(exc, "http")[0]
+        text = fields.describe_validation(exc, "http")
         if not field:  # a rule of the whole command that names no field
             return InvalidRequestError("body", text)
         return InvalidRequestError(field, text.removeprefix(f"{field}: "))
