@@ -222,8 +222,13 @@ def write_labels(cmd: MemoryWrite) -> list[Label]:
         found.append(Label("provenance.agent", p.agent, "clear"))
     if cmd.scope.type != "subject":
         found.append(Label("scope.id", cmd.scope.id, "reference"))
-    refs = (("turn_id", p.turn_id), ("tool_call_id", p.tool_call_id), ("consent_ref", p.consent_ref))
-    found += [Label(f"provenance.{n}", v, "reference") for n, v in (*refs, ("source_ref", p.source_ref)) if v]
+    refs = {
+        "turn_id": p.turn_id,
+        "tool_call_id": p.tool_call_id,
+        "consent_ref": p.consent_ref,
+        "source_ref": p.source_ref,
+    }
+    found += [Label(f"provenance.{n}", v, "reference") for n, v in refs.items() if v]
     return found
 
 
