@@ -243,6 +243,11 @@ def test_refusals_name_the_field_and_write_nothing(pair: tuple[Agent, Agent]) ->
         (lambda: agent.store.search((s, p), filter={"x": {"$eq": float("nan")}}), InvalidValueError, "filter.x.$eq"),
         # refused by the ledger, in the store's words: a TTL over before the put arrives, a secret in the second put
         (lambda: agent.store.put((s, p), "k", {"x": 1}, ttl=1e-9), InvalidRequest, "ttl"),
+        # personal data makes the memory personal, which needs a consent reference the store does not write
+        (lambda: agent.store.put((s, p), "k", {"contact": "bob@example.com"}), InvalidRequest, "value"),
+        # operations given to batch directly, past BaseStore's own checks
+        (lambda: agent.store.batch([GetOp((s, p), 5)]), NamespaceError, "key"),  # type: ignore[arg-type]
+        (lambda: agent.store.batch([PutOp(("langgraph", p), "k", {"x": 1})]), NamespaceError, "namespace[0]"),
         (
             lambda: agent.store.batch([PutOp((s, p), "ok", {"x": 1}), PutOp((s, p), "k", {"x": AWS_KEY})]),
             InvalidRequest,

@@ -274,10 +274,11 @@ def test_the_servers_refusal_of_a_put_names_the_put_its_field_and_its_place_in_t
         Scripted(past).run([PutOp(("a", "p"), "x", {"v": 1}, ttl=1e-9)])  # the only operation: no place
     assert short.value.field == "ttl"
     assert short.value.rule == "gives the memory's expires_at, which the ledger refuses: must be in the future (UTC)"
-    consent = unprocessable("memories.0.provenance.consent_ref", "the content holds personal data ...")
+    consent = unprocessable("memories.1.consent_ref", "the content holds personal data (email address) ...")
     with pytest.raises(InvalidRequest) as personal:
-        Scripted(consent).run([PutOp(("a", "p"), "x", {"v": 1}), PutOp(("a", "p"), "y", {"v": 2})])
-    assert personal.value.field == "ops[0].provenance.consent_ref"  # a setting of the store: as the server says
+        Scripted(consent).run([PutOp(("a", "p"), "x", {"v": 1}), PutOp(("a", "p"), "y", {"v": "a@example.com"})])
+    assert personal.value.field == "ops[1].value"  # the value made the memory personal; the store gives no consent
+    assert personal.value.rule.startswith("the content holds personal data (email address) ...; the store writes no")
     whole = unprocessable("memories", "at most 100 memories")
     with pytest.raises(InvalidRequest) as batch:
         Scripted(whole).run([PutOp(("a", "p"), "x", {"v": 1})])
@@ -316,6 +317,9 @@ def test_a_memory_without_the_items_source_is_no_item_since_a_delete_would_not_r
         (PutOp(("a", "p"), "k\ud800", {"t": 1}), "key", "lone surrogate"),
         (PutOp(("a\ud800", "p"), "k", {"t": 1}), "namespace[0]", "lone surrogate"),
         (PutOp(("a", "p"), "k", {"t": 1}, ttl=1e12), "ttl", "at most"),
+        (GetOp(("a", "p"), 5), "key", "must be a string, not int"),  # type: ignore[arg-type]
+        (PutOp(("a", "p"), None, {"t": 1}), "key", "must be a string, not NoneType"),  # type: ignore[arg-type]
+        (PutOp(("langgraph", "p"), "k", {"t": 1}), "namespace[0]", "must not be 'langgraph'"),
         (SearchOp(("a", "p"), filter=[1, 2]), "filter", "must be a mapping"),  # type: ignore[arg-type]
         (SearchOp(("a", "p"), filter={1: "x"}), "filter", "field names"),  # type: ignore[dict-item]
         (PutOp(("a", "p"), "k", {"a": [10**5000]}), "value.a[0]", "an integer of more than 4300 digits"),

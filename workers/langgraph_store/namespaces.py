@@ -86,7 +86,8 @@ def address(namespace: Sequence[str], key: str) -> Address:
     Raises:
         NamespaceError: a namespace of fewer than two labels (field ``namespace``), a
             subject or purpose the ledger would read differently (``namespace[0]``,
-            ``namespace[1]``), an empty key or one too long once encoded (``key``).
+            ``namespace[1]``), a key that is not a string, empty, or too long once
+            encoded (``key``).
     """
     if len(namespace) < 2:
         raise NamespaceError(
@@ -94,6 +95,8 @@ def address(namespace: Sequence[str], key: str) -> Address:
             f"{tuple(namespace)!r} must name at least a subject and a purpose: (subject_id, purpose, ...)",
         )
     subject, purpose = _label(namespace, 0, "subject"), _label(namespace, 1, "purpose")
+    if not isinstance(key, str):  # BaseStore's methods pass str(key); an op given to batch may not
+        raise NamespaceError("key", f"must be a string, not {type(key).__name__}")
     if not key:
         raise NamespaceError("key", "must not be empty")
     ledger_key = KEY_PREFIX + "/".join(encode(p) for p in (*namespace[2:], key))

@@ -75,6 +75,9 @@ MAX_QUERY_CHARS = 4096
 
 LIVE = ("active", "needs_confirmation")
 
+RESERVED_ROOT: Final = "langgraph"
+"""The root label LangGraph reserves: no put may name it (``BaseStore.put``'s rule)."""
+
 
 @dataclass(frozen=True)
 class Config:
@@ -316,6 +319,8 @@ def _prepare(op: Op, cfg: Config, now: datetime) -> _Step:
         namespace, address = tuple(op.namespace), namespaces.address(op.namespace, op.key)
         if op.value is None:
             return _Delete(namespace, op.key, address)
+        if namespace[0] == RESERVED_ROOT:  # as BaseStore.put, for a PutOp given to batch directly
+            raise NamespaceError("namespace[0]", f"the root label must not be {RESERVED_ROOT!r}: LangGraph reserves it")
         memory = wire.WriteMemory(
             content=values.content_of(op.value, cfg.max_value_bytes),
             purpose=address.purpose,
@@ -373,11 +378,14 @@ def put_field(field: str, rule: str) -> tuple[str, str]:
     """The field of a put that a refused field of its memory comes from, and the rule
     to say: the memory's ``content`` is the put's ``value``, its
     ``expires_at`` (the server's name of ``retention.expires_at``) what the put's ``ttl``
-    made of it, its ``key`` the put's ``key``; other fields (the store's own settings:
-    ``consent_ref`` for a value that holds personal data, ``sensitivity``) as the server
-    names them."""
+    made of it, its ``key`` the put's ``key``; a missing ``consent_ref`` is the
+    ``value`` too (screening found personal data in it, which makes the memory
+    ``personal``, and the store writes no consent reference: the store's class is
+    ``internal`` or ``public``, which need none); other fields as the server names them."""
     if field == "content":
         return "value", rule
+    if field in ("consent_ref", "provenance.consent_ref"):
+        return "value", f"{rule}; the store writes no consent reference, so a value may not hold personal data"
     if field in ("expires_at", "retention.expires_at"):
         return "ttl", f"gives the memory's expires_at, which the ledger refuses: {rule}"
     return field, rule
