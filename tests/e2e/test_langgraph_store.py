@@ -32,11 +32,13 @@ P = "support"
 PROJECTIONS = ("facts", "vectors", "cache", "summaries")
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key: screened as a secret
+BODY_LIMIT = {"MEMLEDGER_API_MAX_BODY_BYTES": str(256 * 1024)}
+"""The serves' largest request body: a batch of a dozen large values is more."""
 
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[serving.Served]:
-    with serving.embedded(tmp_path_factory.mktemp("lg-embedded")) as served:
+    with serving.embedded(tmp_path_factory.mktemp("lg-embedded"), BODY_LIMIT) as served:
         yield served
 
 
@@ -45,7 +47,7 @@ def distributed(
     tmp_path_factory: pytest.TempPathFactory, pg_dsn: str, kafka_bootstrap: str, redis_url: str
 ) -> Iterator[serving.Served]:
     root = tmp_path_factory.mktemp("lg-distributed")
-    with serving.distributed(root, pg_dsn, kafka_bootstrap, redis_url) as served:
+    with serving.distributed(root, pg_dsn, kafka_bootstrap, redis_url, BODY_LIMIT) as served:
         with LedgerClient(served.url, served.key("warm-up", ["warm-up"])) as client:  # until the workers apply
             client.wait(client.write("warm-up", "the workers are up", P), timeout_s=60)
         yield served
@@ -274,6 +276,15 @@ def test_a_delete_erases_what_a_put_of_the_item_replaced(pair: tuple[Agent, Agen
     for memory_id in receipt.memory_ids:  # an erased memory keeps neither its purpose nor its key
         erased = agent.client.memory(s, memory_id).memory
         assert erased.status == "erased" and erased.content is None and erased.erased_by == receipt.request_id
+
+
+def test_a_batch_of_puts_over_the_servers_body_limit_is_written(pair: tuple[Agent, Agent]) -> None:
+    agent = pair[0]
+    s, p = agent.subject, "large"
+    value = {"text": "lorem ipsum dolor " * 1500}  # 27,000 bytes, below the store's limit; twelve are too many at once
+    keys = [f"k{i:02}" for i in range(12)]
+    results = agent.store.batch([*(PutOp((s, p), k, value) for k in keys), SearchOp((s, p), limit=20)])
+    assert sorted(i.key for i in results[-1]) == keys and all(i.value == value for i in results[-1])
 
 
 def test_ttl_is_judged_at_read_time_and_reading_never_extends_it(pair: tuple[Agent, Agent]) -> None:

@@ -285,6 +285,19 @@ def test_the_servers_refusal_of_a_put_names_the_put_its_field_and_its_place_in_t
     assert batch.value is whole  # no memory of the batch named: as it is
 
 
+def test_a_run_of_puts_the_server_finds_too_large_is_written_in_halves() -> None:
+    large = InvalidRequest(413, wire.Problem(title="Too large", status=413, detail="x", field="body", rule="..."))
+    ops = [PutOp(("a", "p"), k, {"v": k}) for k in "wxyz"]
+    server = Scripted(large, large, acked(1), acked(2), acked(3, 4))
+    assert server.run(ops) == [None] * 4
+    sizes = [len(c.body["memories"]) for c in server.calls if c.body is not None]
+    assert sizes == [4, 2, 1, 1, 2]  # each half all or none, in order
+    assert [p.offset for p in server.positions] == [1, 2, 3, 4]
+    with pytest.raises(InvalidRequest) as single:
+        Scripted(large).run([PutOp(("a", "p"), "x", {"v": 1})])
+    assert single.value is large  # one put: nothing to halve
+
+
 def listed(key: str, source_ref: str | None, content: str) -> wire.MemoryOut:
     provenance = {"source_ref": source_ref} if source_ref else {}
     return wire.MemoryOut(

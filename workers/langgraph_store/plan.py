@@ -9,8 +9,9 @@ seeing what the ones before it did (every read waits until the projections it re
 have applied the store's own writes):
 
 - a run of puts of one subject is one batch write (at most ``wire.MAX_BATCH`` memories
-  in one transaction): each memory supersedes the live memory of its key
-  (``supersede_key``), kind ``fact``, veracity ``inferred`` (the agent's own note);
+  in one transaction, halved while the server finds the request too large): each
+  memory supersedes the live memory of its key (``supersede_key``), kind ``fact``,
+  veracity ``inferred`` (the agent's own note);
 - a delete is an erasure by the item's source (every revision), whose receipt
   (request id) goes to the session; nothing left to erase is no error;
 - a get lists the item's key, live and unexpired; a search without a query lists the
@@ -357,18 +358,29 @@ def _prepare(op: Op, cfg: Config, now: datetime) -> _Step:
 
 def _write(run: Sequence[_Put], session: Session, places: Sequence[str]) -> Step[None]:
     """One batch write of the puts of ``run`` (one subject), all or none; ``places``
-    are their places in the batch (``ops[3]``; empty for the only operation).
+    are their places in the batch (``ops[3]``; empty for the only operation). A request
+    the server finds too large (413: over its ``MEMLEDGER_API_MAX_BODY_BYTES``, which
+    the store cannot know; 100 values of 32 KiB are more than the default 2 MiB) is
+    written as two halves, one after the other, each all or none.
 
     Raises:
         workers.client.InvalidRequest: the server refused a put; the field is the put's
-            (``put_field``), in its place (``ops[3].value``).
+            (``put_field``), in its place (``ops[3].value``); a 413 of a single put.
     """
     try:
         ack: wire.BatchAck = yield calls.write_batch(run[0].address.subject_id, [p.memory for p in run])
     except InvalidRequest as exc:
+        if exc.status == TOO_LARGE and len(run) > 1:
+            half = len(run) // 2
+            yield from _write(run[:half], session, places[:half])
+            yield from _write(run[half:], session, places[half:])
+            return
         raise _in_place(exc, places) from None
     session.acknowledged([pos for r in ack.results for pos in r.positions])
 
+
+TOO_LARGE: Final = 413
+"""The status of a request body over the server's limit."""
 
 _BATCH_ITEM = re.compile(r"memories\.(\d+)\.(.+)")
 """How the server names a field of one memory of a batch write: ``memories.1.content``."""
