@@ -232,6 +232,7 @@ def test_refusals_name_the_field_and_write_nothing(pair: tuple[Agent, Agent]) ->
     s, p = agent.subject, "bad"
     for run, error, field in [
         (lambda: agent.store.put((s,), "k", {"x": 1}), NamespaceError, "namespace"),
+        (lambda: agent.store.put((f"{s}/x", p), "k", {"x": 1}), NamespaceError, "namespace[0]"),  # not a route
         (lambda: agent.store.put((s, p), "k", {"x": "y" * 40_000}), InvalidValueError, "value"),
         (lambda: agent.store.put((s, p), "k", {"x": 1}, ttl=0), InvalidValueError, "ttl"),
         (lambda: agent.store.search((s,), query="anything"), NamespaceError, "namespace_prefix"),

@@ -62,6 +62,7 @@ def test_the_ledger_key_is_readable_and_its_parts_cannot_run_into_each_other() -
         ((), "k", "namespace", "must name at least a subject and a purpose"),
         (("alice", " support"), "k", "namespace[1]", "must not start or end with white space"),
         (("alice\x01", "support"), "k", "namespace[0]", "control characters"),
+        (("alice/bob", "support"), "k", "namespace[0]", "must not contain '/'"),  # the subject is in the path
         (("alice", "support"), "", "key", "must not be empty"),
         (("alice", "support"), "k" * 600, "key", "at most 512"),
     ],
