@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any, TypedDict
 
 import pytest
@@ -286,6 +287,14 @@ def test_a_batch_of_puts_over_the_servers_body_limit_is_written(pair: tuple[Agen
     keys = [f"k{i:02}" for i in range(12)]
     results = agent.store.batch([*(PutOp((s, p), k, value) for k in keys), SearchOp((s, p), limit=20)])
     assert sorted(i.key for i in results[-1]) == keys and all(i.value == value for i in results[-1])
+
+
+def test_a_put_takes_any_mapping_as_langgraph_types_it(pair: tuple[Agent, Agent]) -> None:
+    agent = pair[0]
+    ns = (agent.subject, "mapping")
+    agent.store.put(ns, "k", MappingProxyType({"a": MappingProxyType({"b": 1})}))
+    item = agent.store.get(ns, "k")
+    assert item is not None and item.value == {"a": {"b": 1}}
 
 
 def test_ttl_is_judged_at_read_time_and_reading_never_extends_it(pair: tuple[Agent, Agent]) -> None:

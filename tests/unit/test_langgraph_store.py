@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -96,6 +97,8 @@ def test_a_value_is_compact_json_read_back_exactly() -> None:
     assert text == '{"b":[1,2.5,true,null,["x"]],"a":{"é":"\\u007f\\n"}}'
     assert values.value_of(text) == {"b": [1, 2.5, True, None, ["x"]], "a": {"é": "\x7f\n"}}
     assert values.value_of("plain text") is None and values.value_of("[1]") is None and values.value_of(None) is None
+    proxy = MappingProxyType({"a": MappingProxyType({"b": 1})})  # BaseStore.put takes any Mapping
+    assert values.content_of(proxy) == '{"a":{"b":1}}'
 
 
 @pytest.mark.parametrize(

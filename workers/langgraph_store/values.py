@@ -43,7 +43,8 @@ def content_of(value: Mapping[str, Any], max_bytes: int = MAX_VALUE_BYTES) -> st
     if not isinstance(value, Mapping):
         raise InvalidValueError("value", f"must be a JSON object (a mapping), not {type(value).__name__}")
     check_json(value, "value")
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("\x7f", "\\u007f")
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_as_dict)
+    text = text.replace("\x7f", "\\u007f")
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
@@ -51,6 +52,15 @@ def content_of(value: Mapping[str, Any], max_bytes: int = MAX_VALUE_BYTES) -> st
     if size > max_bytes:
         raise InvalidValueError("value", f"is {size} bytes of JSON; the store takes at most {max_bytes}")
     return text
+
+
+def _as_dict(node: object) -> dict[str, Any]:
+    """A mapping that is not a ``dict`` (``BaseStore.put`` takes any ``Mapping``: a
+    ``MappingProxyType``, a mapping class of the caller's) as the object it reads as;
+    ``check_json`` let nothing else through."""
+    if isinstance(node, Mapping):
+        return dict(node)
+    raise TypeError(f"a value of type {type(node).__name__} is not JSON")  # unreachable after check_json
 
 
 def value_of(content: str | None) -> dict[str, Any] | None:
