@@ -89,9 +89,9 @@ _SUMMARY_LIGHT = """f.memory_id, 'summary' AS kind, 'active' AS status, f.key, f
   f.derived_from, f.provenance->>'source_ref' AS source_ref, f.written_at, f.confidence, f.confirmed"""
 
 _FULL = """f.memory_id, f.subject_id, f.kind, f.content, st.status, f.confirmed, f.confidence, f.key,
-  f.purpose, f.scope_type, f.scope_id, f.provenance, f.revision, f.expires_at, f.sensitivity, f.derived_from"""
+  f.purpose, f.scope_type, f.scope_id, f.provenance, st.revision, f.expires_at, f.sensitivity, f.derived_from"""
 """A facts row under the names ``projections.evidence.item_from_row`` reads, its status
-the one at the time judged."""
+and revision the ones at the time judged."""
 
 _SUMMARY_FULL = """f.memory_id, f.subject_id, 'summary' AS kind, f.content, 'active' AS status, f.confirmed,
   f.confidence, f.key, f.purpose, f.scope_type, f.scope_id, f.provenance, f.revision, f.expires_at,
@@ -111,6 +111,15 @@ def _status_at(alias: str, history: str) -> str:
            SELECT 1 FROM {history} c WHERE c.memory_id = {alias}.memory_id
               AND c.event_type = 'MemoryConfirmed' AND c.occurred_at > %(as_of)s))
          THEN 'needs_confirmation' ELSE 'active' END)"""
+
+
+def _revision_at(alias: str, history: str) -> str:
+    """SQL: the revision memory ``alias`` had at ``%(as_of)s``: the last one the history
+    recorded at or before it (a supersession, confirmation or reinforcement since bumped
+    the row's own)."""
+    return f"""coalesce(
+    (SELECT max(h.revision) FROM {history} h WHERE h.memory_id = {alias}.memory_id AND h.occurred_at <= %(as_of)s),
+    {alias}.revision)"""
 
 
 def _recorded(alias: str, history: str) -> str:
@@ -153,7 +162,8 @@ class RecallQueries:
         self.as_of = as_of
         history = facts.history
         status = _status_at("f", history) if as_of else "f.status"
-        self._from = f"{facts.facts} f CROSS JOIN LATERAL (SELECT {status} AS status) st"
+        revision = _revision_at("f", history) if as_of else "f.revision"
+        self._from = f"{facts.facts} f CROSS JOIN LATERAL (SELECT {status} AS status, {revision} AS revision) st"
         recorded = f"\n  AND f.status NOT IN ('revoked', 'expired', 'erased') AND {_recorded('f', history)}"
         self._rules = (
             f"{_scope_and_life('f')}\n  AND f.kind <> 'summary' AND f.content IS NOT NULL"

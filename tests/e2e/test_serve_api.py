@@ -501,6 +501,7 @@ def test_metrics_count_requests_refusals_and_recalls_for_an_admin_key_only(
     assert value(samples, "memledger_http_refusals_total", route="/metrics", reason="unauthenticated") >= 1
     assert value(samples, "memledger_http_refusals_total", route="/metrics", reason="forbidden") >= 1
     assert value(samples, "process_resident_memory_bytes") > 0
+    assert value(samples, "memledger_heap_frozen_objects") > 0  # start-up settled (workers.serve.runtime)
     applied = ("memledger_projection_applied_offset", frozenset({("projection", "facts_v1"), ("partition", "0")}))
     if served.cli.env.get("MEMLEDGER_KAFKA_BOOTSTRAP") is None:  # serve runs the projections: it shows where they are
         assert samples[applied] >= ack.positions[0].offset

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
+from prometheus_client import REGISTRY
 
+from projections.embedding import HashingEmbedder
 from workers.heap import FullCollections, settle
+from workers.serve.runtime import settle_start_up
 
 
 @pytest.fixture
@@ -39,3 +42,23 @@ def test_full_collections_are_counted_with_their_pause_and_others_are_not() -> N
     gc.collect()
     assert counted.count == 2 and counted.pause_ms > 0.0
     assert counted._callback not in gc.callbacks
+
+
+class _CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        return super().embed(texts)
+
+
+def test_serve_settles_its_start_up_once_the_embedder_is_loaded_and_metrics_show_it(unfrozen: None) -> None:
+    gc.unfreeze()
+    assert REGISTRY.get_sample_value("memledger_heap_frozen_objects") == 0  # not settled yet
+    embedder = _CountingEmbedder()
+    frozen = settle_start_up(embedder)
+    assert embedder.calls == 1  # the model (and what it imports) is loaded before the freeze
+    assert frozen == gc.get_freeze_count() > 0
+    assert REGISTRY.get_sample_value("memledger_heap_frozen_objects") == frozen

@@ -20,9 +20,10 @@ live in files of that directory, and the supervisor serves their sum.
 
 from __future__ import annotations
 
+import gc
 import os
 
-from prometheus_client import Counter, Histogram, disable_created_metrics, values
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, values
 
 from contracts.events import EVENT_TYPES
 
@@ -100,6 +101,12 @@ HTTP_REFUSALS = Counter(
     "HTTP requests refused (status 400 and above), by method, route template and reason (REFUSAL_REASONS).",
     ["method", "route", "reason"],
 )
+HEAP_FROZEN = Gauge(
+    "memledger_heap_frozen_objects",
+    "Objects in this process's permanent garbage-collector generation (gc.get_freeze_count(), read at scrape"
+    " time): what start-up made, frozen by workers.heap.settle so full collections no longer walk it; 0: not settled.",
+)
+HEAP_FROZEN.set_function(gc.get_freeze_count)
 
 LEDGER_STATE = (
     "memledger_log_end_offset",
