@@ -19,13 +19,14 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import phonenumbers
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.filters import heuristic
 from detect_secrets.plugins import keyword
 from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
+from detect_secrets.plugins.basic_auth import BasicAuthDetector
 from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 from email_validator import EmailNotValidError, validate_email
@@ -54,6 +55,9 @@ _LETTER = re.compile(r"[^\W\d_]")
 _DIGIT = re.compile(r"\d")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]+-----")
 _DELIMITERS = " \t\r\n:/@'\"=,;"
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^\s/?#]*@[^\s/?#]*)")
+"""A URL's scheme and authority (RFC 3986, section 3) holding an ``@``: its user
+information is read by ``urllib.parse`` (``_url_credentials``)."""
 _EMAIL = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[\w-]+)+")
 """An email address candidate, internationalised (RFC 6531: letters and digits of any
 script, in the local part and the domain, which email-validator checks as IDNA)."""
@@ -295,11 +299,12 @@ def _secret_spans(plugin: BasePlugin, text: str) -> list[tuple[int, int]]:
     (its own ``analyze_string``, and for high-entropy strings its entropy limit), then the
     spans are the matches of its patterns that hold a value it reported; values that are
     sequential, UUIDs, templates or ``$`` references (detect-secrets' heuristic filters)
-    are not secrets. A private key's span runs to its PEM ``END`` line."""
+    are not secrets. A private key's span runs to its PEM ``END`` line. The basic auth
+    plugin also finds what its pattern leaves out (``_url_credentials``)."""
     values = {v for v in _values(plugin, text) if v and not _filtered(v)}
+    spans = _url_credentials(text) if isinstance(plugin, BasicAuthDetector) else []
     if not values:
-        return []
-    spans: list[tuple[int, int]] = []
+        return _merge(spans)
     if isinstance(plugin, RegexBasedDetector):
         for regex in plugin.denylist:
             spans += [_trim(text, m.span()) for m in regex.finditer(text) if any(v in m.group(0) for v in values)]
@@ -329,6 +334,27 @@ def _values(plugin: BasePlugin, text: str) -> Iterator[str]:
         yield from (v for v in plugin.analyze_string(text) if plugin.calculate_shannon_entropy(v) > limit)
     else:
         yield from plugin.analyze_string(text)
+
+
+def _url_credentials(text: str) -> list[tuple[int, int]]:
+    """Spans of the user information (``user:password``) of the URLs in ``text`` that
+    carry a password, as ``urllib.parse`` splits them (the password runs to the last
+    ``@`` of the authority): those detect-secrets' basic auth pattern does not match, as
+    an empty user name (``redis://:pw@host``, Redis' own form) or a password holding a
+    character its pattern excludes (``Pa$$w0rd!``, ``p@ss``), are credentials all the
+    same. A password the heuristic filters pass over (a template, a ``$`` reference) is
+    not one."""
+    if "://" not in text:
+        return []
+    spans: list[tuple[int, int]] = []
+    for m in _AUTHORITY.finditer(text):
+        try:
+            password = urlsplit(m.group(0)).password
+        except ValueError:  # not a URL after all (an unbalanced [ of an IPv6 host)
+            continue
+        if password and not _filtered(password):
+            spans.append((m.start(1), m.start(1) + m.group(1).rindex("@")))
+    return spans
 
 
 def _filtered(value: str) -> bool:

@@ -1,7 +1,8 @@
-"""Nothing left on disk, on the embedded default: after an erasure with its history and
-``memledger compact``, no file of the data directory (PostgreSQL's tables, indexes and
-WAL, the Qdrant engine's segments and WAL, the Redis dump) holds the erased text or its
-turn ids; and the write boundary refuses a secret with one line naming the field."""
+"""Nothing left on disk, on the embedded default: after an erasure with its history, a
+replay of every projection and ``memledger compact``, no file of the data directory
+(PostgreSQL's tables, indexes and WAL, the Qdrant engine's segments and WAL, the Redis
+dump) holds the erased text or its turn ids; and the write boundary refuses a secret
+with one line naming the field."""
 
 from __future__ import annotations
 
@@ -64,9 +65,12 @@ def test_after_compact_no_file_of_the_data_directory_holds_the_erased_text(embed
     assert trace["verdict"] == "complete"
     assert trace["disk"]["probe"] == "residue until compaction (memledger compact)"
 
+    cli.run("replay", "all")  # version 2 serves, rebuilt without them; version 1, which held them, is kept
     compaction = cli.json("compact")
     assert compaction["complete"], compaction
     assert {s["store"] for s in compaction["steps"]} == {"postgres", "wal", "vectors", "cache"}
+    done = {s["target"] for s in compaction["steps"] if s["status"] == "done"}
+    assert {"facts_v1", "facts_v2", "summaries_v1", "summaries_v2", "memories_v1", "memories_v2"} <= done
     assert files_holding(data, TEXTS + TURNS) == {}
     disk = cli.json("trace", erased["request_id"])["disk"]
     assert disk["status"] == "applied" and disk["probe"] == f"compacted at {compaction['finished_at']}"

@@ -389,3 +389,40 @@ def test_labels_holding_secrets_or_personal_data_are_refused_and_nothing_is_appe
     cited = write(svc, "Sam flies on Fridays", "turn-3", provenance={"source_ref": source, "agent": "support-bot"})
     r = svc.ledger.erase(p, EraseMemories(subject_id="alice", source_ref=source, reason="ticket 4711"))
     assert r.affected == (cited,)
+
+
+def test_a_connection_string_password_that_detect_secrets_pattern_misses_is_refused_or_replaced(
+    svc: Services,
+) -> None:
+    marker = "[secret: basic_auth_credentials]"
+    urls = {  # no user name (Redis' form), a $ or ! in the password, an @ in the password
+        "redis://:Sup3rS3cretPw@cache.internal:6379/0": f"redis://{marker}@cache.internal:6379/0",
+        "postgres://deploy:Pa$$w0rd!@db.internal/app": f"postgres://{marker}@db.internal/app",
+        "postgresql://deploy:p@ssw0rd9@db.internal/app": f"postgresql://{marker}@db.internal/app",
+    }
+    ends = svc.log.end_offsets()
+    for url in urls:
+        with pytest.raises(SecretFoundError) as refused:
+            write(svc, f"The app connects with {url}", "turn-1")
+        assert (refused.value.field, refused.value.kinds) == ("content", ("basic_auth_credentials",))
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
+
+    policy = load_screening_policy()
+    svc.ledger.screener = Screener(
+        policy.model_copy(update={"secrets": policy.secrets.model_copy(update={"action": "replace"})})
+    )
+    written = {
+        write(svc, f"The app connects with {url}", f"turn-{i}"): kept for i, (url, kept) in enumerate(urls.items())
+    }
+    svc.catch_up()
+
+    def only_the_replaced_text_is_stored() -> None:
+        for memory_id, kept in written.items():
+            content = one(svc, f"SELECT content FROM {STABLE.facts} WHERE memory_id = %s", memory_id)
+            assert content == f"The app connects with {kept}"
+            assert one(svc, f"SELECT sensitivity FROM {STABLE.facts} WHERE memory_id = %s", memory_id) == "internal"
+        for password in ("Sup3rS3cretPw", "Pa$$w0rd!", "p@ssw0rd9"):
+            assert one(svc, f"SELECT count(*) FROM {STABLE.facts} WHERE strpos(content, %s) > 0", password) == 0
+
+    across_a_replay(svc, only_the_replaced_text_is_stored)

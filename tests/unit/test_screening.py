@@ -42,6 +42,10 @@ SECRETS = [
     ("my aws key is AKIAIOSFODNN7EXAMPLE", "aws_access_key", "AKIAIOSFODNN7EXAMPLE"),
     ("CI uses 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", "github_token", "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"),
     ("postgres://admin:s3cr3tPassw0rd@db.example.com/app", "basic_auth_credentials", "s3cr3tPassw0rd"),
+    # what detect-secrets' pattern leaves out: no user name, and a $, ! or @ in the password
+    ("cache at redis://:s3cr3tPassw0rd@cache.internal:6379/0", "basic_auth_credentials", "s3cr3tPassw0rd"),
+    ("postgres://admin:Pa$$w0rd!@db.example.com/app", "basic_auth_credentials", "Pa$$w0rd!"),
+    ("postgresql://admin:p@ssw0rd@db.example.com/app", "basic_auth_credentials", "p@ssw0rd"),
     (f"the deploy key:\n{PEM}\nkeep it safe", "private_key", "MIIEowIBAAKCAQEAx4UbaDzY"),
     ("password = hunter2isgreat", "secret_keyword", "hunter2isgreat"),
     ("db password: hunter2isgreat until Friday", "secret_keyword", "hunter2isgreat"),
@@ -85,6 +89,7 @@ ORDINARY = [
     "password: the one on the sticky note",
     "Their secret: the launch code is 0000",
     "Memory 0190a5a0-0000-7000-8000-000000000000 was superseded",
+    "The database is postgres://app:${DB_PASSWORD}@db/app, and Git at ssh://git@git-host/team/app",
     "Card ending 4242, IBAN not given, email me later",
     "Uses a secret santa list and a private key ring for the office",
     "Zoë prefers café au lait and the \ufb01le names in \uff46\uff55\uff4c\uff4c\uff57\uff49\uff44\uff54\uff48 letters",

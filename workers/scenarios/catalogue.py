@@ -508,9 +508,15 @@ SCENARIOS: tuple[Scenario, ...] = (
                 key="database_url",
                 refused="content",
             ),
+            Write(
+                "redis-url",
+                "The examples cache with redis://:Sup3rS3cretPw@cache.internal:6379/0",
+                key="cache_url",
+                refused="content",
+            ),
             RecallCheck(
                 "the deploy examples: the tooling only, no credential",
-                "which AWS access key and database should the deploy examples use",
+                "which AWS access key, database and cache should the deploy examples use",
                 relevant=("stack",),
             ),
         ),
