@@ -773,9 +773,8 @@ class Ledger:
             if head.status not in state.HOLDING_STATUSES:
                 raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} is {head.status}: it holds no text")
             if head.sealed_content is None:  # a summary its regeneration replaced: its keys are destroyed
-                raise InvalidCommandError(
-                    "memory_id", f"memory {cmd.memory_id!r} is {head.status} and its keys are destroyed: it holds no text"
-                )
+                rule = f"memory {cmd.memory_id!r} is {head.status} and its keys are destroyed: it holds no text"
+                raise InvalidCommandError("memory_id", rule)
             if head.expires_at is not None and head.expires_at <= now:
                 raise InvalidCommandError(
                     "memory_id", f"memory {cmd.memory_id!r} expired at {head.expires_at.isoformat()}"
