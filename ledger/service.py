@@ -772,6 +772,9 @@ class Ledger:
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
             if head.status not in state.HOLDING_STATUSES:
                 raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} is {head.status}: it holds no text")
+            if head.sealed_content is None:  # a summary its regeneration replaced: its keys are destroyed
+                rule = f"memory {cmd.memory_id!r} is {head.status} and its keys are destroyed: it holds no text"
+                raise InvalidCommandError("memory_id", rule)
             if head.expires_at is not None and head.expires_at <= now:
                 raise InvalidCommandError(
                     "memory_id", f"memory {cmd.memory_id!r} expired at {head.expires_at.isoformat()}"
@@ -849,7 +852,11 @@ class Ledger:
             targets = erasure.erasure_targets(conn, cmd)
             heads_by_id = state.lock_heads(conn, targets)
             named = set(cmd.memory_ids)
-            cascaded = [heads_by_id[m] for m in targets if heads_by_id[m].status != "erased" and m not in named]
+            # the summaries erased with a source and regenerated without it: active ones only (a
+            # superseded one was regenerated already, and its keys are destroyed)
+            cascaded = [
+                heads_by_id[m] for m in targets if heads_by_id[m].status in state.ACTIVE_STATUSES and m not in named
+            ]
             targets = [m for m in targets if heads_by_id[m].status != "erased"]
             affected = tuple(
                 MemoryRef(memory_id=m, revision=heads_by_id[m].revision + 1) for m in targets if m in heads_by_id

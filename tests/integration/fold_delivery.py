@@ -64,13 +64,17 @@ class Deliveries:
 
     def tail(self, data: st.DataObject) -> list[Batch]:
         """Duplicates after everything was delivered: older events after newer ones. Maybe
-        a suffix of the log sent again in order (a relay resending everything after its
-        last checkpoint), then single events in any order."""
+        a suffix of the log sent again, in order (a relay resending everything after its
+        last checkpoint) or backwards (each of its events after every newer one: what
+        a guard against a newer event's mark alone must stop), then single events in any
+        order."""
         if not self.first:
             return []
         last = len(self.first) - 1
         resent = data.draw(st.none() | st.integers(0, last), label="resent from")
         chosen = [] if resent is None else list(range(resent, len(self.first)))
+        if chosen and data.draw(st.booleans(), label="resent backwards"):
+            chosen.reverse()
         chosen += data.draw(st.lists(st.integers(0, last), max_size=6), label="duplicates")
         return self._batches(data, [self._at(self.first[i]) for i in chosen])
 

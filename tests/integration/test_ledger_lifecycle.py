@@ -406,6 +406,21 @@ def test_superseding_or_redacting_a_source_supersedes_the_summary(ledger: Ledger
         assert ledger.keyring.open(conn, new_summary.memory.content) is None
 
 
+def test_a_summary_its_regeneration_replaced_is_neither_redacted_nor_regenerated_again(ledger: Ledger) -> None:
+    """Found by the reference fold's property tests: the summary a source's redaction
+    replaced has no keys left, and redacting it escaped as pydantic's ValidationError,
+    erasing another of its sources (which regenerated it again) as a bare ValueError."""
+    a, b, s = _summarised(ledger)
+    red = ledger.redact(ALICE, "alice", RedactMemory(memory_id=a, replacement="Alice runs [db]."))
+    regenerated = red.events[1]
+    assert isinstance(regenerated, SummaryDerived) and head(ledger, s)[0] == "superseded"
+    with pytest.raises(InvalidCommandError) as info:
+        ledger.redact(ALICE, "alice", RedactMemory(memory_id=s, replacement="[redacted]"))
+    assert info.value.field == "memory_id" and "keys are destroyed: it holds no text" in info.value.rule
+    r = ledger.erase(ALICE, EraseMemories(subject_id="alice", memory_ids=(b,), reason="user request"))
+    assert [e.replaces for e in r.events if isinstance(e, SummaryDerived)] == [regenerated.memory_id]
+
+
 def test_revoking_a_source_revokes_derived_memories_and_regenerates(ledger: Ledger) -> None:
     prov = {"writer": "w", "written_at": utc_now(), "consent_ref": "c-1"}
     a = ledger.write(ALICE, memory_write(content="Alice's salary is high.", provenance=prov))
