@@ -75,6 +75,12 @@ _EXTRA_ROWS = 5
 
 _T = TypeVar("_T")
 
+_HIT_KEYS = ("model",)
+"""What recall reads of a vector hit's payload (:func:`_same_model`)."""
+
+_DERIVED_KEYS = ("model", "kind", "status", "scope_type", "scope_id", "derived_from", "confidence")
+"""What recall reads of a derived hit's payload (:func:`_same_model`, :func:`_provisional`)."""
+
 
 @dataclass(frozen=True)
 class ServingStores:
@@ -386,9 +392,11 @@ class Recall:
         )
         vector = embedder.embed([query])[0]
         try:
-            hits = index.search(vector, flt, config.depth)
+            hits = index.search(vector, flt, config.depth, _HIT_KEYS)
             derived = (
-                index.search(vector, replace(flt, statuses=RANKED_STATUSES, kinds=("inference",)), config.depth)
+                index.search(
+                    vector, replace(flt, statuses=RANKED_STATUSES, kinds=("inference",)), config.depth, _DERIVED_KEYS
+                )
                 if config.weight("lineage") > 0
                 else []
             )
@@ -406,7 +414,7 @@ class Recall:
             return {}
         ids = [c.memory_id for c in ranked[: config.mmr_pool] if c.kind != "summary"]
         try:
-            return {m: p.vector for m, p in stores.index.retrieve(ids).items()}
+            return stores.index.vectors(ids)
         except VectorIndexError as exc:
             log.warning("recall without diversification: %s", exc)
             return {}
