@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -408,7 +408,7 @@ class Recall:
 
     def _mmr_vectors(
         self, stores: ServingStores, ranked: Sequence[Candidate], config: RankingConfig, degraded: list[str]
-    ) -> dict[str, Sequence[float]]:
+    ) -> Mapping[str, Sequence[float]]:
         """The embeddings of the MMR pool ({} when MMR is off or the index is not there)."""
         if config.mmr_lambda >= 1.0 or stores.index is None or "vectors" in degraded or len(ranked) < 2:
             return {}
