@@ -198,3 +198,20 @@ def test_the_source_index_is_added_to_an_older_facts_schema_and_the_neighbours_q
             " AND provenance->>'source_ref' = ANY(ARRAY['session-1'])"
         ).fetchall()
     assert any("facts_v1_source" in line for (line,) in plan)
+
+
+def test_the_full_text_query_is_planned_once_per_connection_not_per_call(svc: Services) -> None:
+    """Once psycopg prepares it (from its sixth run), PostgreSQL keeps one generic plan
+    for recall's full-text query instead of planning it again for each call's values."""
+    for text in TEXTS:
+        svc.ledger.write(svc.principal(), memory_write(content=text))
+    svc.catch_up()
+    queries = [QUERY, "Melanie painting", "support group", "a quiet book", "lake sunrise"] * 2
+    with svc.pool.connection() as conn:
+        for query in queries:
+            svc.recall._queries.lexical(conn, _params(query), "bm25", depth=50, seeds=50, summaries=3)
+        conn.commit()
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%''hit'' AS role%'"
+        ).fetchall()
+    assert plans and all(custom == 0 and generic > 0 for generic, custom in plans)
