@@ -90,6 +90,16 @@ STABLE = FactsTables(None)
 """The stable views readers go through."""
 
 
+def source_index_sql(version: int) -> str:
+    """DDL of the index of a subject's memories by source (``provenance.source_ref``):
+    recall reads the neighbours of its anchors through it. Added after the first
+    schemas, so it is also ensured on its own (:class:`FactsProjection`)."""
+    return (
+        f"CREATE INDEX IF NOT EXISTS facts_v{version}_source"
+        f" ON facts_v{version} (subject_id, (provenance->>'source_ref'));"
+    )
+
+
 def schema_sql(version: int) -> str:
     """DDL of facts version ``version``: ``facts_vN``, ``facts_history_vN`` and
     ``facts_conflicts_vN`` (every statement idempotent, so it also completes an older
@@ -123,6 +133,7 @@ CREATE TABLE IF NOT EXISTS facts_v{version} (
 CREATE INDEX IF NOT EXISTS facts_v{version}_subject ON facts_v{version} (subject_id, purpose, status);
 CREATE INDEX IF NOT EXISTS facts_v{version}_tsv ON facts_v{version} USING gin (tsv);
 CREATE INDEX IF NOT EXISTS facts_v{version}_hmac ON facts_v{version} (content_hmac);
+{source_index_sql(version)}
 CREATE TABLE IF NOT EXISTS facts_history_v{version} (
     memory_id     text NOT NULL,
     revision      integer NOT NULL,
@@ -177,6 +188,7 @@ class FactsProjection(base.TransactionalProjection):
         self._inserts = _Inserts.of(self.tables)
         with pool.connection() as conn:
             ensure_schema(conn, self.tables.conflicts, schema_sql(version))
+            ensure_schema(conn, f"{self.table}_source", source_index_sql(version))
 
     def reset(self) -> None:
         """Empty this version's tables and forget its positions, for a rebuild in place

@@ -38,6 +38,7 @@ from projections.vector_index import (
     canonical_id,
     points_by_given_id,
     selects_nothing,
+    vectors_by_given_id,
 )
 
 __all__ = ["QdrantClientIndex"]
@@ -246,8 +247,21 @@ class QdrantClientIndex:
             records = self.client.retrieve(self.collection, ids, with_payload=True, with_vectors=True)
         return points_by_given_id(((self._id(r.id), r.vector, r.payload) for r in records), given, self.collection)
 
-    def search(self, vector: Sequence[float], flt: VectorFilter, limit: int) -> list[VectorHit]:
-        """Up to ``limit`` points matching ``flt`` (filtered inside the engine), nearest first."""
+    def vectors(self, memory_ids: Sequence[str]) -> dict[str, list[float]]:
+        """The vectors of the present points among ``memory_ids``, keyed by the ids as given."""
+        given = {self._id(m): m for m in memory_ids}
+        ids: list[models.ExtendedPointId] = list(given)
+        if not ids:
+            return {}
+        with self._engine("vectors"):
+            records = self.client.retrieve(self.collection, ids, with_payload=False, with_vectors=True)
+        return vectors_by_given_id(((self._id(r.id), r.vector) for r in records), given, self.collection)
+
+    def search(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, payload_keys: Sequence[str] | None = None
+    ) -> list[VectorHit]:
+        """Up to ``limit`` points matching ``flt`` (filtered inside the engine), nearest
+        first; with ``payload_keys``, only those keys of each payload."""
         if limit < 1 or selects_nothing(flt):
             return []
         with self._engine("search"):
@@ -256,7 +270,7 @@ class QdrantClientIndex:
                 query=list(map(float, vector)),
                 query_filter=_search_filter(flt),
                 limit=limit,
-                with_payload=True,
+                with_payload=True if payload_keys is None else list(payload_keys),
                 with_vectors=False,
             )
         return [VectorHit(self._id(p.id), float(p.score), dict(p.payload or {})) for p in result.points]

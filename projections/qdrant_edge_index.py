@@ -40,6 +40,7 @@ from projections.vector_index import (
     canonical_id,
     points_by_given_id,
     selects_nothing,
+    vectors_by_given_id,
 )
 from projections.wording import counted
 
@@ -259,15 +260,28 @@ class QdrantEdgeIndex:
             records = self._open_shard("retrieve").retrieve(ids, with_payload=True, with_vector=True)
         return points_by_given_id(((self._id(r.id), r.vector, r.payload) for r in records), given, self.collection)
 
-    def search(self, vector: Sequence[float], flt: VectorFilter, limit: int) -> list[VectorHit]:
-        """Up to ``limit`` points matching ``flt`` (filtered inside the engine), nearest first."""
+    def vectors(self, memory_ids: Sequence[str]) -> dict[str, list[float]]:
+        """The vectors of the present points among ``memory_ids``, keyed by the ids as given."""
+        given = {self._id(m): m for m in memory_ids}
+        ids: list[PointId] = list(given)
+        if not ids:
+            return {}
+        with self._engine("vectors"):
+            records = self._open_shard("vectors").retrieve(ids, with_payload=False, with_vector=True)
+        return vectors_by_given_id(((self._id(r.id), r.vector) for r in records), given, self.collection)
+
+    def search(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, payload_keys: Sequence[str] | None = None
+    ) -> list[VectorHit]:
+        """Up to ``limit`` points matching ``flt`` (filtered inside the engine), nearest
+        first; with ``payload_keys``, only those keys of each payload."""
         if limit < 1 or selects_nothing(flt):
             return []
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(list(map(float, vector))),
             filter=_search_filter(flt),
-            with_payload=True,
+            with_payload=True if payload_keys is None else qe.PayloadSelector.Include(list(payload_keys)),
             with_vector=False,
         )
         with self._engine("search"):

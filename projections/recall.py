@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -74,6 +74,12 @@ _EXTRA_ROWS = 5
 """Groups fetched beyond ``k`` in case a row changed between ranking and fetching."""
 
 _T = TypeVar("_T")
+
+_HIT_KEYS = ("model",)
+"""What recall reads of a vector hit's payload (:func:`_same_model`)."""
+
+_DERIVED_KEYS = ("model", "kind", "status", "scope_type", "scope_id", "derived_from", "confidence")
+"""What recall reads of a derived hit's payload (:func:`_same_model`, :func:`_provisional`)."""
 
 
 @dataclass(frozen=True)
@@ -386,9 +392,11 @@ class Recall:
         )
         vector = embedder.embed([query])[0]
         try:
-            hits = index.search(vector, flt, config.depth)
+            hits = index.search(vector, flt, config.depth, _HIT_KEYS)
             derived = (
-                index.search(vector, replace(flt, statuses=RANKED_STATUSES, kinds=("inference",)), config.depth)
+                index.search(
+                    vector, replace(flt, statuses=RANKED_STATUSES, kinds=("inference",)), config.depth, _DERIVED_KEYS
+                )
                 if config.weight("lineage") > 0
                 else []
             )
@@ -400,13 +408,13 @@ class Recall:
 
     def _mmr_vectors(
         self, stores: ServingStores, ranked: Sequence[Candidate], config: RankingConfig, degraded: list[str]
-    ) -> dict[str, Sequence[float]]:
+    ) -> Mapping[str, Sequence[float]]:
         """The embeddings of the MMR pool ({} when MMR is off or the index is not there)."""
         if config.mmr_lambda >= 1.0 or stores.index is None or "vectors" in degraded or len(ranked) < 2:
             return {}
         ids = [c.memory_id for c in ranked[: config.mmr_pool] if c.kind != "summary"]
         try:
-            return {m: p.vector for m, p in stores.index.retrieve(ids).items()}
+            return stores.index.vectors(ids)
         except VectorIndexError as exc:
             log.warning("recall without diversification: %s", exc)
             return {}

@@ -8,9 +8,11 @@ other processes use a :class:`RemoteVectorIndex`, which implements the read meth
 Wire format (JSON, UTF-8)::
 
     POST /v1/collections/<collection>/<op>   body: an object   ->  200 {"result": ...}
-    op = search            {"vector": [float], "filter": {VectorFilter fields}, "limit": int}
+    op = search            {"vector": [float], "filter": {VectorFilter fields}, "limit": int,
+                            "payload_keys": [str] | null (optional)}
                                            -> [{"memory_id", "score", "payload"}]
        | retrieve          {"memory_ids": [str]}   -> {memory_id: {"vector": [float], "payload": {}}}
+       | vectors           {"memory_ids": [str]}   -> {memory_id: [float]}
        | scroll_ids        {"subject_id": str | null}  -> [str]
        | count             {}                      -> int
        | find_derived_from {"memory_ids": [str]}   -> [str]
@@ -100,11 +102,15 @@ def _answer(index: VectorIndex, op: str, body: dict[str, Any]) -> object:
         limit = body["limit"]
         if not isinstance(limit, int):
             raise ValueError("limit must be an integer")
-        hits = index.search(list(map(float, vector)), filter_from_json(body["filter"]), limit)
+        keys = body.get("payload_keys")
+        payload_keys = None if keys is None else _strings(keys, "payload_keys")
+        hits = index.search(list(map(float, vector)), filter_from_json(body["filter"]), limit, payload_keys)
         return [{"memory_id": h.memory_id, "score": h.score, "payload": h.payload} for h in hits]
     if op == "retrieve":
         points = index.retrieve(_strings(body["memory_ids"], "memory_ids"))
         return {k: {"vector": list(p.vector), "payload": dict(p.payload)} for k, p in points.items()}
+    if op == "vectors":
+        return index.vectors(_strings(body["memory_ids"], "memory_ids"))
     if op == "scroll_ids":
         subject_id = body.get("subject_id")
         if subject_id is not None and not isinstance(subject_id, str):
@@ -334,9 +340,19 @@ class RemoteVectorIndex:
             for k, v in found.items()
         }
 
-    def search(self, vector: Sequence[float], flt: VectorFilter, limit: int) -> list[VectorHit]:
-        """Up to ``limit`` points matching ``flt``, nearest first (filtered in the owner's engine)."""
-        body = {"vector": list(map(float, vector)), "filter": filter_to_json(flt), "limit": limit}
+    def vectors(self, memory_ids: Sequence[str]) -> dict[str, list[float]]:
+        """The vectors of the present points among ``memory_ids``, keyed by the ids as given."""
+        found = self._call("vectors", {"memory_ids": list(memory_ids)})
+        return {str(k): list(map(float, v)) for k, v in found.items()}
+
+    def search(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, payload_keys: Sequence[str] | None = None
+    ) -> list[VectorHit]:
+        """Up to ``limit`` points matching ``flt``, nearest first (filtered in the owner's
+        engine); with ``payload_keys``, only those keys of each payload."""
+        body: dict[str, Any] = {"vector": list(map(float, vector)), "filter": filter_to_json(flt), "limit": limit}
+        if payload_keys is not None:
+            body["payload_keys"] = list(payload_keys)
         return [
             VectorHit(memory_id=str(h["memory_id"]), score=float(h["score"]), payload=h["payload"])
             for h in self._call("search", body)

@@ -57,6 +57,25 @@ class Candidate:
         """This candidate and those grouped under it."""
         return [self, *self.grouped]
 
+    def ranked(self, score: float, matched_by: list[str]) -> Candidate:
+        """This candidate with ``score`` and ``matched_by`` (what ``dataclasses.replace``
+        gives, at half its cost: ranking makes one per fused candidate)."""
+        return Candidate(
+            self.memory_id,
+            self.kind,
+            self.status,
+            self.key,
+            self.scope,
+            self.derived_from,
+            self.source_ref,
+            self.written_at,
+            self.confidence,
+            self.confirmed,
+            score,
+            matched_by,
+            self.grouped,
+        )
+
 
 @dataclass(frozen=True)
 class Neighbour:

@@ -29,18 +29,18 @@ def mmr(
         return head + tail
     top = max(c.score for c in head) or 1.0
     rel = np.array([c.score / top for c in head])
-    dim = next((len(v) for v in vectors.values()), 0)
-    matrix: npt.NDArray[np.float64] = np.zeros((len(head), max(dim, 1)))
-    for n, c in enumerate(head):
-        if c.memory_id in vectors:
-            matrix[n] = vectors[c.memory_id]
+    dim = max(next((len(v) for v in vectors.values()), 0), 1)
+    none = [0.0] * dim
+    matrix: npt.NDArray[np.float64] = np.array([vectors.get(c.memory_id, none) for c in head], dtype=np.float64)
     sim = matrix @ matrix.T
     picked: list[int] = []
     closest = np.zeros(len(head))
-    left = list(range(len(head)))
-    while left:
-        gain = [lam * rel[i] - (1.0 - lam) * (closest[i] if picked else 0.0) for i in left]
-        best = left.pop(int(np.argmax(gain)))
+    taken = np.zeros(len(head), dtype=bool)
+    for _ in range(len(head)):
+        # the first best among those left (np.argmax takes the first of equal gains)
+        gain = np.where(taken, -np.inf, lam * rel - (1.0 - lam) * closest)
+        best = int(np.argmax(gain))
         picked.append(best)
+        taken[best] = True
         closest = np.maximum(closest, sim[best])
     return [head[i] for i in picked] + tail

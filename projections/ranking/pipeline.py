@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from projections.evidence import group_summaries, one_per_key
@@ -100,7 +100,7 @@ def shaped(
             continue
         scores[memory_id] = score * shaping_factor(row, at, config.recency_weight, config.importance_weight)
     best = sorted(scores, key=lambda m: (-scores[m], m))[:limit]
-    return [replace(signals.rows[m], score=scores[m], matched_by=fused[m][1]) for m in best]
+    return [signals.rows[m].ranked(scores[m], fused[m][1]) for m in best]
 
 
 def finish(

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from contracts import utc_now
+from projections.base import ContentAccess
+from projections.facts import FactsProjection
 from projections.ranking.config import RankingConfig
 from tests.builders import PURPOSE, memory_write
 from workers.bootstrap import Services
@@ -180,3 +182,36 @@ def test_items_read_ahead_of_mmr_or_after_it_are_the_same(
     inline = _recall(svc, now, **kw)
     assert read_in == [threading.current_thread().name]
     assert inline == ahead
+
+
+def test_the_source_index_is_added_to_an_older_facts_schema_and_the_neighbours_query_uses_it(svc: Services) -> None:
+    """A facts table made before the source index gets it when a projection opens it; the
+    neighbours of recall's anchors are then read through it, not from every row of the subject."""
+    with svc.pool.connection() as conn:
+        conn.execute("DROP INDEX facts_v1_source")
+    FactsProjection(svc.pool, ContentAccess(svc.pool, svc.keyring))
+    with svc.pool.connection() as conn:
+        assert conn.execute("SELECT to_regclass('facts_v1_source')").fetchone() == ("facts_v1_source",)
+        conn.execute("SET LOCAL enable_seqscan = off")
+        plan = conn.execute(
+            "EXPLAIN SELECT memory_id FROM facts_v1 WHERE subject_id = 'alice'"
+            " AND provenance->>'source_ref' = ANY(ARRAY['session-1'])"
+        ).fetchall()
+    assert any("facts_v1_source" in line for (line,) in plan)
+
+
+def test_the_full_text_query_is_planned_once_per_connection_not_per_call(svc: Services) -> None:
+    """Once psycopg prepares it (from its sixth run), PostgreSQL keeps one generic plan
+    for recall's full-text query instead of planning it again for each call's values."""
+    for text in TEXTS:
+        svc.ledger.write(svc.principal(), memory_write(content=text))
+    svc.catch_up()
+    queries = [QUERY, "Melanie painting", "support group", "a quiet book", "lake sunrise"] * 2
+    with svc.pool.connection() as conn:
+        for query in queries:
+            svc.recall._queries.lexical(conn, _params(query), "bm25", depth=50, seeds=50, summaries=3)
+        conn.commit()
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%''hit'' AS role%'"
+        ).fetchall()
+    assert plans and all(custom == 0 and generic > 0 for generic, custom in plans)

@@ -200,6 +200,34 @@ def test_upsert_then_retrieve(harness: Harness) -> None:
     assert harness.reader.retrieve([]) == {}
 
 
+def test_vectors_are_retrieve_without_payloads(harness: Harness) -> None:
+    harness.writer.ensure_collection(DIM)
+    p, q = point((3.0, 4.0, 0.0, 0.0)), point((0.0, 0.0, 2.0, 0.0))
+    harness.writer.upsert([p, q])
+    absent = mid()
+    got = harness.reader.vectors([p.memory_id, q.memory_id, absent])
+    assert set(got) == {p.memory_id, q.memory_id}
+    full = harness.reader.retrieve([p.memory_id, q.memory_id])
+    for memory_id, vector in got.items():
+        assert all(isinstance(x, float) for x in vector)
+        assert vector == pytest.approx(full[memory_id].vector)
+    assert got[p.memory_id] == pytest.approx(unit(p.vector))
+    assert harness.reader.vectors([]) == {}
+
+
+def test_search_reads_only_the_payload_keys_asked_for(harness: Harness) -> None:
+    harness.writer.ensure_collection(DIM)
+    p = point(Q, derived_from=[mid()])
+    harness.writer.upsert([p])
+    [whole] = harness.reader.search(Q, VectorFilter("s1"), limit=5)
+    [some] = harness.reader.search(Q, VectorFilter("s1"), limit=5, payload_keys=("kind", "derived_from", "absent"))
+    [none] = harness.reader.search(Q, VectorFilter("s1"), limit=5, payload_keys=())
+    assert whole.payload == p.payload
+    assert some.payload == {"kind": p.payload["kind"], "derived_from": p.payload["derived_from"]}
+    assert none.payload == {}
+    assert some.memory_id == none.memory_id == p.memory_id and some.score == pytest.approx(whole.score)
+
+
 def test_upsert_same_id_twice_replaces(harness: Harness) -> None:
     harness.writer.ensure_collection(DIM)
     first = point(Q, extra_key="old")

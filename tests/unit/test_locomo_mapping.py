@@ -6,6 +6,7 @@ Every input is a small hand-made file in the LoCoMo shape (no real LoCoMo data h
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -418,4 +419,8 @@ def test_bench_report_renders_and_serialises() -> None:
     assert "CC BY-NC 4.0" in text and "Maharana" in text
     data = json.loads(json.dumps(report.to_dict()))
     assert data["rows"][1] == {"name": "BM25", "questions": 3, "R@1": 0.2, "R@5": 0.4, "R@10": 0.5, "R@25": 0.6}
+    assert "CPU" not in text and data["cpu_ms_per_call"] is None
+    measured = replace(report, cpu_ms_per_call=4.25)
+    assert "this process's CPU 4.2 ms per call" in measured.render()
+    assert measured.to_dict()["cpu_ms_per_call"] == 4.25
     assert data["attribution"] == ATTRIBUTION

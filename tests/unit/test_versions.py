@@ -93,7 +93,9 @@ class FakeIndex:
         self.hits = hits
         self.queried: list[int] = []
 
-    def search(self, vector: Sequence[float], flt: VectorFilter, limit: int) -> list[VectorHit]:
+    def search(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, payload_keys: Sequence[str] | None = None
+    ) -> list[VectorHit]:
         self.queried.append(len(vector))
         return self.hits
 
