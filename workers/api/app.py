@@ -188,7 +188,11 @@ def _v1(gateway: Gateway) -> APIRouter:
             unexpired=unexpired,
         )
 
-    @router.get("/subjects/{subject_id:segment}/memories/{memory_id:segment}", response_model=wire.MemoryDetail, tags=["memories"])
+    @router.get(
+        "/subjects/{subject_id:segment}/memories/{memory_id:segment}",
+        response_model=wire.MemoryDetail,
+        tags=["memories"],
+    )
     def memory(
         subject_id: Subject,
         memory_id: Ident,
@@ -200,7 +204,9 @@ def _v1(gateway: Gateway) -> APIRouter:
         return gateway.memory(caller, subject_id, memory_id, parse_positions(wait_for), wait_timeout_s)
 
     @router.post(
-        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/supersede", response_model=wire.CommandAck, tags=["memories"]
+        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/supersede",
+        response_model=wire.CommandAck,
+        tags=["memories"],
     )
     def supersede(
         subject_id: Subject,
@@ -216,7 +222,9 @@ def _v1(gateway: Gateway) -> APIRouter:
         )
 
     @router.post(
-        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/confirm", response_model=wire.CommandAck, tags=["memories"]
+        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/confirm",
+        response_model=wire.CommandAck,
+        tags=["memories"],
     )
     def confirm(
         subject_id: Subject,
@@ -229,7 +237,9 @@ def _v1(gateway: Gateway) -> APIRouter:
         return once(caller, request, key, None, wire.CommandAck, lambda: gateway.confirm(caller, subject_id, memory_id))
 
     @router.post(
-        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/redact", response_model=wire.CommandAck, tags=["memories"]
+        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/redact",
+        response_model=wire.CommandAck,
+        tags=["memories"],
     )
     def redact(
         subject_id: Subject,
@@ -262,7 +272,9 @@ def _v1(gateway: Gateway) -> APIRouter:
 
     tool = MemoryTool(gateway)
 
-    @router.post("/subjects/{subject_id:segment}/memory-tool", response_model=wire.MemoryToolResult, tags=["memory tool"])
+    @router.post(
+        "/subjects/{subject_id:segment}/memory-tool", response_model=wire.MemoryToolResult, tags=["memory tool"]
+    )
     def memory_tool(
         subject_id: Subject,
         body: Annotated[wire.MemoryCommand, Body()],
