@@ -37,10 +37,7 @@ from contracts import MemoryWrite, RevokeConsent
 from contracts.types import with_article
 from ledger import state
 from ledger.errors import InvalidCommandError, UnknownMemoryError
-from ledger.policy import normalise_statement
-
-SENSITIVITY_ORDER = ("public", "internal", "personal", "restricted")
-"""Sensitivity classes from least to most sensitive."""
+from ledger.policy import SENSITIVITY_ORDER, normalise_statement
 
 
 def admit(conn: psycopg.Connection, cmd: MemoryWrite, now: datetime, withdrawn_possible: bool = True) -> None:

@@ -34,8 +34,8 @@ from stdnum import iban, luhn
 
 from contracts import MemoryWrite, Screening, ScreeningFinding
 from contracts.types import Sensitivity
-from ledger.admission import SENSITIVITY_ORDER
 from ledger.errors import PolicyError
+from ledger.policy import SENSITIVITY_ORDER
 from ledger.screening import (
     Label,
     Screened,

@@ -25,7 +25,9 @@ from contracts import MemoryWrite, describe_validation_error
 from contracts.types import Sensitivity, with_article
 from ledger.errors import InvalidCommandError, PolicyError
 
-_CLASSES: tuple[Sensitivity, ...] = ("public", "internal", "personal", "restricted")
+SENSITIVITY_ORDER: tuple[Sensitivity, ...] = ("public", "internal", "personal", "restricted")
+"""Sensitivity classes from least to most sensitive."""
+_CLASSES = SENSITIVITY_ORDER
 
 
 class ClassPolicy(BaseModel):

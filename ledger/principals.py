@@ -8,12 +8,15 @@ Grants come from a TOML file::
       { subjects = ["user-*"], actions = ["write", "read"] },
     ]
 
-``subjects`` are shell-style patterns (``fnmatch``, case-sensitive).
+``subjects`` are shell-style patterns (``fnmatch``, case-sensitive). A long-running
+process reads the file through :class:`GrantsFile`, which reads it again when it changes.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
+import threading
 import tomllib
 from collections.abc import Collection
 from pathlib import Path
@@ -22,6 +25,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ledger.errors import InvalidCommandError, NotAuthorisedError
+
+log = logging.getLogger(__name__)
 
 Action = Literal["write", "read", "erase"]
 ALL_ACTIONS: tuple[Action, ...] = ("write", "read", "erase")
@@ -88,19 +93,84 @@ def load_principals(path: Path) -> dict[str, Principal]:
             ``field`` names the file (and the key where known).
     """
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InvalidCommandError("grants_file", f"{path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
+    return parse_principals(raw, path)
+
+
+def parse_principals(raw: bytes, path: Path) -> dict[str, Principal]:
+    """The principals of ``raw``, the content of the grants file ``path`` (named in errors).
+
+    Raises:
+        InvalidCommandError: not UTF-8 TOML, or breaks the schema; as ``load_principals``.
+    """
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InvalidCommandError("grants_file", f"{path} is not valid TOML: {exc}") from None
     try:
-        parsed = _GrantsFile.model_validate(raw)
+        parsed = _GrantsFile.model_validate(doc)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
         rule = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
         raise InvalidCommandError(f"grants_file:{where}", rule) from None
     return {pid: Principal(id=pid, grants=entry.grants) for pid, entry in parsed.principals.items()}
+
+
+class GrantsFile:
+    """The principals of a grants file, read again whenever its content changed: each
+    call of :meth:`principals` reads the file (a few hundred bytes; it is compared, not
+    parsed, when unchanged), so an edit takes effect on the next command or request.
+
+    A file that no longer reads or parses (missing, not TOML, against the schema) leaves
+    the last good principals in force: the problem is logged once per distinct content
+    (a warning) and kept in :attr:`problem` until a good file replaces it. Thread-safe.
+    """
+
+    def __init__(self, path: Path) -> None:
+        """Read ``path`` once.
+
+        Raises:
+            InvalidCommandError: as ``load_principals``: a process does not start on a bad file.
+        """
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            self._raw = path.read_bytes()
+        except FileNotFoundError:
+            raise InvalidCommandError("grants_file", f"{path} does not exist") from None
+        self._principals = parse_principals(self._raw, path)
+        self._bad: bytes | None = None
+        self.problem: str | None = None
+        """``field: rule`` of the file's current content when it is not in force, else ``None``."""
+
+    def principals(self) -> dict[str, Principal]:
+        """The principals of the file's current content, or the last good ones (see the class)."""
+        with self._lock:
+            try:
+                raw = self.path.read_bytes()
+            except OSError as exc:
+                why = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read: {exc.strerror}"
+                self._refuse(b"", InvalidCommandError("grants_file", f"{self.path} {why}"))
+                return self._principals
+            if raw == self._raw:
+                return self._principals
+            try:
+                principals = parse_principals(raw, self.path)
+            except InvalidCommandError as exc:
+                self._refuse(raw, exc)
+                return self._principals
+            self._raw, self._principals, self._bad, self.problem = raw, principals, None, None
+            log.info("grants file %s read again: %d principals", self.path, len(principals))
+            return principals
+
+    def _refuse(self, raw: bytes, exc: InvalidCommandError) -> None:
+        self.problem = f"{exc.field}: {exc.rule}"
+        if raw != self._bad:
+            self._bad = raw
+            log.warning("error: %s; the grants read before stay in force", self.problem)
 
 
 def resolve_principal(principals: dict[str, Principal], principal_id: str) -> Principal:

@@ -21,7 +21,7 @@ from ledger.crypto import Keyring, new_master_key, parse_master_key
 from ledger.dead_letters import DeadLetterProbe, ErasureScope, probe_kafka_dlq, probe_postgres_dlq
 from ledger.eventlog import DeadLetterQueue, EventLog
 from ledger.policy import load_policy
-from ledger.principals import Principal, load_principals, resolve_principal
+from ledger.principals import GrantsFile, Principal, resolve_principal
 from ledger.screening import load_screening_policy
 from ledger.service import Ledger
 from ledger.tombstone_log import TombstoneLog
@@ -248,7 +248,8 @@ class Services:
     dlq: DeadLetterQueue
     ledger: Ledger
     keyring: Keyring
-    principals: dict[str, Principal]
+    grants: GrantsFile
+    """The grants file, read again when it changes (``principals``, ``principal``)."""
     embedder: Embedder
     index: VectorIndex | None
     cache: RecallCache | None
@@ -262,8 +263,15 @@ class Services:
     """Held by ``catch_up``: one thread of this process applies the projections at a time
     (``memledger serve`` applies them in the background while commands ask for it too)."""
 
+    @property
+    def principals(self) -> dict[str, Principal]:
+        """The principals of the grants file as it is now (the last good ones while it
+        does not parse: ``grants.problem`` says why)."""
+        return self.grants.principals()
+
     def principal(self, principal_id: str | None = None) -> Principal:
-        """The named principal (default: the configured one); unknown ids get no grants."""
+        """The named principal (default: the configured one) with the grants the grants
+        file gives it now; unknown ids get no grants."""
         return resolve_principal(self.principals, principal_id or self.settings.principal)
 
     def runner(self, name: str, retry: RetryPolicy | None = None) -> ProjectionRunner:
@@ -370,14 +378,14 @@ def _master_key(settings: Settings) -> bytes:
     return parse_master_key(path.read_text())
 
 
-def _grants(settings: Settings) -> dict[str, Principal]:
+def _grants(settings: Settings) -> GrantsFile:
     path = settings.grants_file
     if path is None:
         path = settings.data_dir / "grants.toml"
         if not path.exists():
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             path.write_text(DEFAULT_GRANTS)
-    return load_principals(path)
+    return GrantsFile(path)
 
 
 def _embedded_postgres(data_dir: Path) -> str:

@@ -228,12 +228,27 @@ def test_two_subjects_with_two_keys_are_refused_across(pair: tuple[Agent, Agent]
     assert done is not None and done.value == {"x": 1}  # the batch's step before the refusal took effect
 
 
+def test_a_subject_holding_a_slash_is_one_subject_of_the_ledger(served: serving.Served) -> None:
+    """The ledger's subject ids may hold '/': the namespace's subject reaches its routes."""
+    team = f"team-{uuid.uuid4().hex[:8]}"
+    ns = (f"{team}/alice", "support")
+    with LedgerStore(served.url, served.key(f"agent-{team}", [f"{team}/*"]), wait_timeout_s=30) as store:
+        store.put(ns, "diet", {"text": "vegetarian"})
+        item = store.get(ns, "diet")
+        assert item is not None and item.namespace == ns and item.value == {"text": "vegetarian"}
+        assert [i.key for i in store.search(ns)] == ["diet"]
+        assert store.list_namespaces(prefix=(ns[0],)) == [ns]
+        store.delete(ns, "diet")
+        assert store.get(ns, "diet") is None and store.search(ns) == []
+
+
 def test_refusals_name_the_field_and_write_nothing(pair: tuple[Agent, Agent]) -> None:
     agent = pair[0]
     s, p = agent.subject, "bad"
     for run, error, field in [
         (lambda: agent.store.put((s,), "k", {"x": 1}), NamespaceError, "namespace"),
-        (lambda: agent.store.put((f"{s}/x", p), "k", {"x": 1}), NamespaceError, "namespace[0]"),  # not a route
+        # a subject holding '/' reaches its route, where the grants decide (the key's is s alone)
+        (lambda: agent.store.put((f"{s}/x", p), "k", {"x": 1}), Forbidden, "subject_id"),
         (lambda: agent.store.put((s, p), "k", {"x": "y" * 40_000}), InvalidValueError, "value"),
         (lambda: agent.store.put((s, p), "k", {"x": 1}, ttl=0), InvalidValueError, "ttl"),
         (lambda: agent.store.search((s,), query="anything"), NamespaceError, "namespace_prefix"),

@@ -166,6 +166,30 @@ def test_the_async_client_writes_and_recalls(served: serving.Served, tenant: Cal
     assert asyncio.run(run()) == ["Bo likes tea"]
 
 
+def test_a_subject_id_with_a_slash_or_a_percent_sign_reaches_its_routes(
+    served: serving.Served, admin: LedgerClient
+) -> None:
+    """The ledger's identifiers may hold '/' (the CLI and MCP take one): the client encodes
+    it in the path segment and the server routes on the raw path, so every subject route
+    finds it, and its memories are that subject's, not another's."""
+    team = f"team-{uuid.uuid4().hex[:8]}"
+    token = served.key(f"agent-{team}", [f"{team}/*"])
+    with LedgerClient(served.url, token) as c:
+        for s in (f"{team}/alpha", f"{team}/50%25/x", f"{team}/caf\u00e9%2Fz"):
+            ack = c.write(s, f"{s} prefers tabs", PURPOSE, key="indent")
+            assert [i.memory_id for i in c.recall(s, "tabs", PURPOSE, after=ack).items] == [ack.memory_id]
+            assert [m.memory_id for m in c.memories(s, after=ack).memories] == [ack.memory_id]
+            assert c.memory(s, ack.memory_id, after=ack).memory.subject_id == s
+            erased = c.erase(s, [ack.memory_id])
+            assert c.trace(erased.request_id).subject_id == s
+        with pytest.raises(Forbidden):  # the grant is team/*: the slash is no way out of it
+            c.write(team, "x", PURPOSE)
+    assert served.cli.json("memories", f"{team}/alpha", "--all")["memories"][0]["status"] == "erased"
+    audited = [e for e in admin.audit(limit=1000).entries if (e.subject_id or "").startswith(team)]
+    assert {f"{team}/alpha", team} <= {e.subject_id for e in audited}
+    assert all(":segment" not in e.route for e in audited)  # the route's template, as the OpenAPI document has it
+
+
 def test_a_key_for_s2_gets_nothing_of_s1_and_every_attempt_is_audited(
     served: serving.Served, tenant: Callable[[str], Tenant], admin: LedgerClient
 ) -> None:

@@ -4,6 +4,8 @@ anything is sent), and the calls a batch makes, driven by a scripted server."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -14,6 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
+from contracts import utc_now
+from ledger.detectors import Screener
+from ledger.screening import LabelRefusedError, load_screening_policy
+from tests.builders import memory_write
 from workers import wire
 from workers.client import Conflict, Forbidden, InvalidRequest
 from workers.client.calls import Call
@@ -56,6 +62,11 @@ def test_the_ledger_key_is_readable_and_its_parts_cannot_run_into_each_other() -
     assert ref.startswith(namespaces.SOURCE_PREFIX) and "answer" not in ref and "prefs" not in ref
 
 
+def test_a_subject_may_hold_a_slash_as_the_ledgers_identifiers_do() -> None:
+    address = namespaces.address(("team/alice", "support", "prefs"), "k")
+    assert (address.subject_id, address.purpose, address.key) == ("team/alice", "support", "langgraph:prefs/k")
+
+
 @pytest.mark.parametrize(
     ("namespace", "key", "field", "rule"),
     [
@@ -63,7 +74,6 @@ def test_the_ledger_key_is_readable_and_its_parts_cannot_run_into_each_other() -
         ((), "k", "namespace", "must name at least a subject and a purpose"),
         (("alice", " support"), "k", "namespace[1]", "must not start or end with white space"),
         (("alice\x01", "support"), "k", "namespace[0]", "control characters"),
-        (("alice/bob", "support"), "k", "namespace[0]", "must not contain '/'"),  # the subject is in the path
         (("alice", "support"), "", "key", "must not be empty"),
         (("alice", "support"), "k" * 600, "key", "at most 512"),
     ],
@@ -351,6 +361,38 @@ def test_input_python_would_choke_on_is_refused_naming_the_field(op: Any, field:
         server.run([op])
     assert refused.value.field == field and rule in refused.value.rule
     assert server.calls == []
+
+
+@pytest.mark.parametrize(
+    ("agent", "kind"),
+    [
+        ("bot-for-bob@example.com", "email address"),
+        ("desk +44 20 7946 0958", "phone number"),
+        ("agent-AKIAIOSFODNN7EXAMPLE", "AWS Access Key"),
+    ],
+)
+def test_an_agent_label_holding_data_is_refused_at_construction_as_the_ledger_refuses_it(agent: str, kind: str) -> None:
+    """The store's check is the ledger's: the write boundary refuses the same label in
+    ``provenance.agent`` (the ledger's detectors under the default policy)."""
+    with pytest.raises(InvalidValueError) as refused:
+        LedgerStore("http://127.0.0.1:9", "t", agent=agent)
+    assert refused.value.field == "agent" and kind in refused.value.rule and agent not in refused.value.rule
+    cmd = memory_write(provenance={"writer": "w", "written_at": utc_now(), "turn_id": "t-1", "agent": agent})
+    with pytest.raises(LabelRefusedError) as ledger_refused:
+        Screener(load_screening_policy()).screen(cmd)
+    assert ledger_refused.value.field == "provenance.agent"
+    assert refused.value.rule == f"{ledger_refused.value.rule} (or give None)"
+
+
+def test_a_store_with_an_agent_label_is_built_without_the_servers_dependencies() -> None:
+    code = (
+        "import sys; from workers.langgraph_store import LedgerStore;"
+        "LedgerStore('http://127.0.0.1:9', 't', agent='support-bot');"
+        "heavy = ('fastapi', 'starlette', 'uvicorn', 'psycopg', 'psycopg_pool', 'faust', 'onnxruntime', 'redis');"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 @pytest.mark.parametrize("agent", ["", " x", "x" * 600, "a\x00b", "\ud800"])

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workers import wire
 from workers.api.limits import BodyLimit
+from workers.api.paths import SegmentPaths
 from workers.api.problems import RESPONSES, from_error, problem
 from workers.gateway import Caller, Gateway, GatewayError, InvalidRequestError, fingerprint
 from workers.memtool.service import MemoryTool
@@ -80,6 +81,7 @@ def create_app(gateway: Gateway, routers: Sequence[APIRouter] = (), max_body_byt
         responses=RESPONSES,
     )
     app.state.gateway = gateway
+    app.add_middleware(SegmentPaths)  # a subject id may hold '/': routed on the raw path
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes or gateway.svc.settings.api_max_body_bytes)
     _handlers(app)
     app.include_router(_health(gateway))
@@ -106,7 +108,7 @@ Who = Annotated[Caller, Depends(authenticated)]
 
 def _route_of(request: Request) -> str:
     route = request.scope.get("route")
-    return f"{request.method} {getattr(route, 'path', request.url.path)}"
+    return f"{request.method} {getattr(route, 'path_format', request.url.path)}"
 
 
 def _health(gateway: Gateway) -> APIRouter:
@@ -139,21 +141,21 @@ def _v1(gateway: Gateway) -> APIRouter:
         print_ = fingerprint(request.method, request.url.path, None if body is None else body.model_dump(mode="json"))
         return gateway.idempotent(caller, key, print_, run, model)
 
-    @router.post("/subjects/{subject_id}/memories", response_model=wire.CommandAck, tags=["memories"])
+    @router.post("/subjects/{subject_id:segment}/memories", response_model=wire.CommandAck, tags=["memories"])
     def write(
         subject_id: Subject, body: wire.WriteMemory, caller: Who, request: Request, key: IdempotencyKey = None
     ) -> wire.CommandAck:
         """Write one memory of the subject; answered once the log has its events."""
         return once(caller, request, key, body, wire.CommandAck, lambda: gateway.write(caller, subject_id, body))
 
-    @router.post("/subjects/{subject_id}/memories/batch", response_model=wire.BatchAck, tags=["memories"])
+    @router.post("/subjects/{subject_id:segment}/memories/batch", response_model=wire.BatchAck, tags=["memories"])
     def write_batch(
         subject_id: Subject, body: wire.WriteBatch, caller: Who, request: Request, key: IdempotencyKey = None
     ) -> wire.BatchAck:
         """Write several memories of the subject in one transaction (all or none)."""
         return once(caller, request, key, body, wire.BatchAck, lambda: gateway.write_batch(caller, subject_id, body))
 
-    @router.get("/subjects/{subject_id}/memories", response_model=wire.MemoryPage, tags=["memories"])
+    @router.get("/subjects/{subject_id:segment}/memories", response_model=wire.MemoryPage, tags=["memories"])
     def memories(
         subject_id: Subject,
         caller: Who,
@@ -186,7 +188,11 @@ def _v1(gateway: Gateway) -> APIRouter:
             unexpired=unexpired,
         )
 
-    @router.get("/subjects/{subject_id}/memories/{memory_id}", response_model=wire.MemoryDetail, tags=["memories"])
+    @router.get(
+        "/subjects/{subject_id:segment}/memories/{memory_id:segment}",
+        response_model=wire.MemoryDetail,
+        tags=["memories"],
+    )
     def memory(
         subject_id: Subject,
         memory_id: Ident,
@@ -198,7 +204,9 @@ def _v1(gateway: Gateway) -> APIRouter:
         return gateway.memory(caller, subject_id, memory_id, parse_positions(wait_for), wait_timeout_s)
 
     @router.post(
-        "/subjects/{subject_id}/memories/{memory_id}/supersede", response_model=wire.CommandAck, tags=["memories"]
+        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/supersede",
+        response_model=wire.CommandAck,
+        tags=["memories"],
     )
     def supersede(
         subject_id: Subject,
@@ -214,7 +222,9 @@ def _v1(gateway: Gateway) -> APIRouter:
         )
 
     @router.post(
-        "/subjects/{subject_id}/memories/{memory_id}/confirm", response_model=wire.CommandAck, tags=["memories"]
+        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/confirm",
+        response_model=wire.CommandAck,
+        tags=["memories"],
     )
     def confirm(
         subject_id: Subject,
@@ -227,7 +237,9 @@ def _v1(gateway: Gateway) -> APIRouter:
         return once(caller, request, key, None, wire.CommandAck, lambda: gateway.confirm(caller, subject_id, memory_id))
 
     @router.post(
-        "/subjects/{subject_id}/memories/{memory_id}/redact", response_model=wire.CommandAck, tags=["memories"]
+        "/subjects/{subject_id:segment}/memories/{memory_id:segment}/redact",
+        response_model=wire.CommandAck,
+        tags=["memories"],
     )
     def redact(
         subject_id: Subject,
@@ -242,7 +254,7 @@ def _v1(gateway: Gateway) -> APIRouter:
             caller, request, key, body, wire.CommandAck, lambda: gateway.redact(caller, subject_id, memory_id, body)
         )
 
-    @router.post("/subjects/{subject_id}/consent/revoke", response_model=wire.CommandAck, tags=["memories"])
+    @router.post("/subjects/{subject_id:segment}/consent/revoke", response_model=wire.CommandAck, tags=["memories"])
     def revoke_consent(
         subject_id: Subject, body: wire.RevokeConsent, caller: Who, request: Request, key: IdempotencyKey = None
     ) -> wire.CommandAck:
@@ -251,7 +263,7 @@ def _v1(gateway: Gateway) -> APIRouter:
             caller, request, key, body, wire.CommandAck, lambda: gateway.revoke_consent(caller, subject_id, body)
         )
 
-    @router.post("/subjects/{subject_id}/erasures", response_model=wire.CommandAck, tags=["erasure"])
+    @router.post("/subjects/{subject_id:segment}/erasures", response_model=wire.CommandAck, tags=["erasure"])
     def erase(
         subject_id: Subject, body: wire.Erase, caller: Who, request: Request, key: IdempotencyKey = None
     ) -> wire.CommandAck:
@@ -260,7 +272,9 @@ def _v1(gateway: Gateway) -> APIRouter:
 
     tool = MemoryTool(gateway)
 
-    @router.post("/subjects/{subject_id}/memory-tool", response_model=wire.MemoryToolResult, tags=["memory tool"])
+    @router.post(
+        "/subjects/{subject_id:segment}/memory-tool", response_model=wire.MemoryToolResult, tags=["memory tool"]
+    )
     def memory_tool(
         subject_id: Subject,
         body: Annotated[wire.MemoryCommand, Body()],
@@ -274,12 +288,12 @@ def _v1(gateway: Gateway) -> APIRouter:
         erase scope) with a request id to trace; content_sha256 refuses a stale edit (409)."""
         return once(caller, request, key, body, wire.MemoryToolResult, lambda: tool.execute(caller, subject_id, body))
 
-    @router.post("/subjects/{subject_id}/recall", response_model=wire.RecallResult, tags=["recall"])
+    @router.post("/subjects/{subject_id:segment}/recall", response_model=wire.RecallResult, tags=["recall"])
     def recall(subject_id: Subject, body: wire.Recall, caller: Who) -> wire.RecallResult:
         """Recall the subject's memories for a query, purpose and task scope."""
         return gateway.recall(caller, subject_id, body)
 
-    @router.get("/subjects/{subject_id}/conflicts", response_model=list[wire.ConflictOut], tags=["memories"])
+    @router.get("/subjects/{subject_id:segment}/conflicts", response_model=list[wire.ConflictOut], tags=["memories"])
     def conflicts(
         subject_id: Subject,
         caller: Who,
@@ -288,13 +302,13 @@ def _v1(gateway: Gateway) -> APIRouter:
         """Memories that claim different values for one key."""
         return gateway.conflicts(caller, subject_id, include_resolved)
 
-    @router.get("/erasures/{request_id}", response_model=wire.TraceOut, tags=["erasure"])
+    @router.get("/erasures/{request_id:segment}", response_model=wire.TraceOut, tags=["erasure"])
     def trace(request_id: Ident, caller: Who) -> wire.TraceOut:
         """Where an erasure was applied, store by store, with live probes and the verdict."""
         return gateway.trace(caller, request_id)
 
     @router.get(
-        "/erasures/{request_id}/report.html",
+        "/erasures/{request_id:segment}/report.html",
         response_class=HTMLResponse,
         tags=["erasure"],
         responses={200: {"content": {"text/html": {}}, "description": "the HTML report"}},

@@ -111,7 +111,8 @@ class Gateway:
     """The application layer over ``svc`` (built once per process). Its own pool
     (``pool_max_size`` connections) serves keys, audit and idempotency records, so an
     idempotent request holding its row never waits for the ledger's connections.
-    ``operators``: the grants file's principals, for the local operator's key."""
+    ``operators``: the principals the local operator's key may act as (default: the grants
+    file's as it is at each request, ``svc.principals``)."""
 
     def __init__(self, svc: Services, operators: dict[str, Principal] | None = None) -> None:
         self.svc = svc
@@ -131,7 +132,7 @@ class Gateway:
             "write": Rate(settings.api_write_rate_per_s, settings.api_write_burst),
             "recall": Rate(settings.api_recall_rate_per_s, settings.api_recall_burst),
         }
-        self._operators = operators if operators is not None else svc.principals
+        self._operators = operators
 
     def close(self) -> None:
         self._locks.close()
@@ -156,7 +157,8 @@ class Gateway:
             raise
         if key.operator:
             name = acting_as or self.svc.settings.principal
-            principal = self._operators.get(name, Principal(id=name))
+            operators = self._operators if self._operators is not None else self.svc.principals
+            principal = operators.get(name, Principal(id=name))
             return Caller(key, principal, via)
         if acting_as is not None and acting_as != key.principal:
             exc2 = ForbiddenError("principal", f"API key {key.key_id} acts as {key.principal!r} only")
@@ -551,7 +553,8 @@ class Gateway:
 
     def ready(self) -> wire.Ready:
         """Each store answers: PostgreSQL, the event log, Redis, the vector index (a
-        probe reports, it does not raise)."""
+        probe reports, it does not raise); and the grants file's problem, if it has one
+        (its file name only: the probe needs no credential)."""
 
         def postgres() -> None:
             with self.svc.pool.connection(timeout=5) as conn:
@@ -575,7 +578,10 @@ class Gateway:
                 out.append(wire.StoreCheck(store=name, ok=True, detail="answers"))
             except Exception as exc:  # a readiness probe reports, it does not fail
                 out.append(wire.StoreCheck(store=name, ok=False, detail=_first_line(exc)))
-        return wire.Ready(ready=all(c.ok for c in out), mode=self.svc.settings.mode, stores=out)
+        grants = self.svc.grants
+        grants.principals()  # read it again if it changed
+        problem = None if grants.problem is None else grants.problem.replace(str(grants.path), grants.path.name)
+        return wire.Ready(ready=all(c.ok for c in out), mode=self.svc.settings.mode, stores=out, grants_file=problem)
 
     # -- helpers ----------------------------------------------------------------------
 

@@ -194,8 +194,6 @@ def label_problem(label: str) -> str | None:
 def _label(namespace: Sequence[str], i: int, what: str, field: str = "namespace") -> str:
     label = namespace[i]
     problem = label_problem(label)
-    if problem is None and i == 0 and "/" in label:
-        problem = "must not contain '/': the HTTP API names the subject in the request's path"
     if problem is not None:
         raise NamespaceError(f"{field}[{i}]", f"the {what} {problem}")
     return label

@@ -8,11 +8,12 @@ async forms from ``batch`` and ``abatch``; both run the steps of ``workers.langg
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
 
@@ -24,6 +25,9 @@ from workers.langgraph_store import namespaces, plan, values
 from workers.langgraph_store.errors import InvalidValueError, UnsupportedError
 from workers.langgraph_store.plan import ErasureReceipt, Step
 from workers.wire.models import Sensitivity
+
+if TYPE_CHECKING:
+    from ledger.detectors import Screener
 
 T = TypeVar("T")
 
@@ -70,7 +74,8 @@ class LedgerStore(BaseStore):
     Raises (at construction):
         UnsupportedError: ``index``, or a ``ttl`` setting the ledger does not honour.
         InvalidValueError: ``sensitivity`` not a class, or one outside
-            ``WRITABLE_CLASSES``; ``max_value_bytes`` or ``wait_timeout_s`` out of range.
+            ``WRITABLE_CLASSES``; ``max_value_bytes`` or ``wait_timeout_s`` out of range;
+            an ``agent`` label the ledger refuses (``_check_agent``).
     """
 
     supports_ttl = True
@@ -271,12 +276,33 @@ async def _adrive(step: Step[T], send: Callable[[Call[Any]], Awaitable[Any]]) ->
 
 
 def _check_agent(agent: str) -> None:
-    """Refuse an ``agent`` label the ledger would refuse at the first put
-    (``namespaces.label_problem``).
+    """Refuse an ``agent`` label that the ledger refuses at every put: one that breaks the
+    rule of identifiers (``namespaces.label_problem``), or the rule of labels
+    (``ledger.screening.label_refusal``: no secret, and no personal data in a label the
+    ledger keeps in clear, as it keeps ``provenance.agent``), screened by the ledger's own
+    detectors under its default screening policy (``ledger/screening.toml``). A server
+    run with a policy of its own (``MEMLEDGER_SCREENING_POLICY_FILE``) may refuse more,
+    at the first put. The detectors are loaded at the first store built (a quarter of a
+    second); they need none of the server's dependencies.
 
     Raises:
-        InvalidValueError: field ``agent``.
+        InvalidValueError: field ``agent``, the rule broken (never the value found).
     """
     problem = namespaces.label_problem(agent)
     if problem is not None:
         raise InvalidValueError("agent", f"{problem} (or give None)")
+    from ledger.screening import Label, LabelRefusedError
+
+    try:
+        _screener().screen_labels([Label("provenance.agent", agent, "clear")])
+    except LabelRefusedError as exc:
+        raise InvalidValueError("agent", f"{exc.rule} (or give None)") from None
+
+
+@functools.cache
+def _screener() -> Screener:
+    """The ledger's detectors under its default screening policy, built once."""
+    from ledger.detectors import Screener
+    from ledger.screening import load_screening_policy
+
+    return Screener(load_screening_policy())

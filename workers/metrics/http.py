@@ -79,7 +79,7 @@ class HttpMetrics:
                 if candidate.matches(scope)[0] != Match.NONE:
                     route = candidate
                     break
-        path = getattr(route, "path", None)
+        path = getattr(route, "path_format", None)  # the template without convertors
         return str(path) if path else "unmatched"
 
 

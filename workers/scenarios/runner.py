@@ -43,8 +43,8 @@ from contracts import (
     SummaryDerived,
     utc_now,
 )
-from ledger.admission import SENSITIVITY_ORDER
 from ledger.errors import InvalidCommandError
+from ledger.policy import SENSITIVITY_ORDER
 from ledger.service import CommandResult
 from projections.conflicts import list_conflicts
 from projections.facts import STABLE, FactsTables

@@ -530,11 +530,14 @@ class StoreCheck(Response):
 
 
 class Ready(Response):
-    """Whether every store answered (``ready``), store by store."""
+    """Whether every store answered (``ready``), store by store; and ``grants_file``, why
+    the grants file as it is now is not in force (``None``: it is), while the grants read
+    before stay in force (it does not make the process unready)."""
 
     ready: bool
     mode: Literal["embedded", "distributed"]
     stores: list[StoreCheck]
+    grants_file: str | None = None
 
 
 class Problem(Response):
