@@ -140,3 +140,26 @@ def test_a_long_running_reader_follows_a_recreated_tombstone_topic(kafka_bootstr
     finally:
         writer.close()
         reader.close()
+
+
+def test_a_long_running_reader_follows_a_recreated_tombstone_topic_that_refilled_to_its_old_end(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    topic = kafka_topic + ".tombstones"
+    topics.create_missing(kafka_bootstrap, [topics.tombstone_topic(topic)], 1)
+    writer = KafkaTombstoneLog(kafka_bootstrap, topic)
+    reader = KafkaTombstoneLog(kafka_bootstrap, topic)
+    now = datetime.now(UTC)
+    try:
+        tombstones = TombstoneSet(reader, refresh_interval_s=0)
+        writer.publish([Tombstone("m-old", "alice", "er-1", now)])
+        assert tombstones.erased_among(["m-old"]) == {"m-old"}
+        writer.close()
+        _recreate(kafka_bootstrap, topic)
+        writer = KafkaTombstoneLog(kafka_bootstrap, topic)
+        writer.publish([Tombstone("m-new", "alice", "er-2", now)])  # the new topic ends where the old one did
+        assert tombstones.erased_among(["m-new"]) == {"m-new"}
+        assert tombstones.erased_among(["m-old"]) == {"m-old"}  # what it knew stays refused
+    finally:
+        writer.close()
+        reader.close()
