@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from ledger import topics
@@ -137,7 +137,10 @@ class InMemoryTombstoneLog:
 
 class KafkaTombstoneLog:
     """``TombstoneLog`` on a compacted Kafka topic (kafka-python). The producer is
-    idempotent with ``acks=all``; reads use a group-less consumer.
+    idempotent with ``acks=all``; reads use a group-less consumer. A topic deleted and
+    created again is read again from the start: its id differs from the one the last read
+    saw (the new topic may already hold as many records as the old one), or a partition
+    ends before where it was read to.
 
     Raises (constructor):
         EventLogError: Kafka cannot be reached.
@@ -163,10 +166,13 @@ class KafkaTombstoneLog:
                     group_id=None,
                     client_id="memledger-tombstones",
                 )
+                built.callback(self._consumer.close)
+                self._admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="memledger-tombstones")
             except KafkaError as exc:
                 raise EventLogError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
             built.pop_all()
         self._lock = threading.Lock()
+        self._read_topic_id: str | None = None  # the topic id the offsets of the last read belong to
 
     def publish(self, tombstones: Sequence[Tombstone]) -> None:
         self._send([(t.memory_id, t.encode()) for t in tombstones])
@@ -205,9 +211,12 @@ class KafkaTombstoneLog:
                 parts = self._consumer.partitions_for_topic(self.topic) or set()
                 tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
                 ends = {tp.partition: int(o) for tp, o in self._consumer.end_offsets(tps).items()} if tps else {}
-                if recreated(offsets, ends):
+                topic_id = self._topic_id()
+                replaced = bool(offsets) and self._read_topic_id not in (None, topic_id)
+                if replaced or recreated(offsets, ends):
                     log.warning("%s was deleted and created again: reading it again from the start", self.topic)
                     offsets = {}
+                self._read_topic_id = topic_id
                 todo = [tp for tp in tps if offsets.get(tp.partition, 0) < ends[tp.partition]]
                 new = dict(offsets) | {p: max(offsets.get(p, 0), 0) for p in ends}
                 if not todo:
@@ -237,6 +246,14 @@ class KafkaTombstoneLog:
                 raise EventLogError(f"reading {self.topic} on {self._bootstrap} failed: {exc}") from exc
         return out, new
 
+    def _topic_id(self) -> str | None:
+        """The topic's id now (Kafka gives a topic a new id when it is created again), or
+        ``None`` if the broker does not say. Raises ``KafkaError``."""
+        described = self._admin.describe_topics([self.topic])
+        found = described[0].get("topic_id") if described else None
+        return None if found is None else str(found)
+
     def close(self) -> None:
         self._producer.close(timeout=5)
         self._consumer.close()
+        self._admin.close()

@@ -43,6 +43,12 @@ class Stall:
     reason: str
     since: datetime
 
+    @property
+    def kind(self) -> str:
+        """What stopped it, without the detail (``unreadable erasure``): a bounded value,
+        fit for a metric label (the detail may quote the record)."""
+        return self.reason.split(":", 1)[0].strip()
+
     def to_dict(self) -> dict[str, object]:
         return {
             "projection": self.projection,

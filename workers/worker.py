@@ -29,7 +29,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from workers.bootstrap import build
+from ledger import topics
+from workers.bootstrap import build, topic_specs
 from workers.metrics.endpoint import embedded_metrics
 from workers.settings import Settings
 
@@ -39,8 +40,14 @@ def run_worker(names: Sequence[str], poll_interval_s: float = 0.5, version: int 
     retired (from the registry; embedded mode: serving and previous), or only ``version`` (distributed mode,
     one name: how the supervisor starts its children).
 
+    The supervisor checks the topics before it starts any child (``ledger.topics.prepare``,
+    never creating one): a missing or misconfigured topic is refused once, here, instead
+    of by every child in a restart loop.
+
     Raises:
         ValueError: ``version`` given with other than exactly one name.
+        TopicMisconfiguredError: distributed mode: a topic is missing or one of its
+            settings differs (names the topic and the setting).
     """
     settings = Settings()
     if settings.mode == "embedded":
@@ -54,6 +61,8 @@ def run_worker(names: Sequence[str], poll_interval_s: float = 0.5, version: int 
     else:
         from workers.live.supervisor import supervise
 
+        assert settings.kafka_bootstrap is not None
+        topics.prepare(settings.kafka_bootstrap, topic_specs(settings), settings.partitions, create=False)
         supervise(settings, names, _stop_on_signals())
 
 

@@ -1,11 +1,13 @@
 """An erasure the workers cannot read, staged on Kafka: each projection stops on that
 partition only, goes on with the others, says where and why in ``lag`` and ``dlq``, and
-does not exit (no restart loop). That a reader which can read it goes on from there is
+does not exit (no restart loop), and stops on SIGTERM without waiting for the records it
+holds back. That a reader which can read it goes on from there is
 shown on the same code in-process (``tests/unit/test_live_worker.py``)."""
 
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 import pytest
@@ -68,3 +70,9 @@ def test_an_unreadable_erasure_stops_its_partition_only_and_lag_and_dlq_say_wher
     assert f"stalled: facts_v1 partition {stalled_partition} offset {sent.offset}" in text
     assert "exited with" not in logs()  # stopped on one partition, not crashing in a loop
     assert behind[1] == sent.offset + 1
+
+    # SIGTERM stops it without waiting for the stalled partition's records, which are
+    # never acked (faust waited for them, 'wait_empty: Waiting for tasks', until SIGKILL)
+    [worker] = kafka_cli.workers
+    kafka_cli.kill(worker, signal.SIGTERM)
+    assert "wait_empty" not in logs()

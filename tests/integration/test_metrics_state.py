@@ -9,8 +9,10 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import Metric
 
 from contracts import EraseMemories, utc_now
+from projections.errors import UnreadableErasureError
 from tests.builders import PURPOSE, memory_write
 from workers.bootstrap import Services
+from workers.live.apply import record_in
 from workers.metrics.ledger_state import LedgerStateCollector
 
 
@@ -75,6 +77,17 @@ def test_a_record_that_is_no_event_is_counted_as_a_dead_letter_of_each_projectio
     svc.catch_up()
     assert counted("memledger_dead_letters_total", projection="cache_v1") == before + 1
     assert scrape(svc)[("memledger_projection_lag_records", (("partition", "0"), ("projection", "cache_v1")))] == 0
+
+
+def test_a_stalled_partition_is_shown_with_its_offset_and_reason(svc: Services) -> None:
+    svc.ledger.write(svc.principal(), memory_write("alice", "Alice prefers short answers"))
+    newer = b'{"type": "ErasureRequested", "schema_version": 2, "subject_id": "alice", "request_id": "er-x"}'
+    at = svc.log.append("alice", newer)
+    cause = "unreadable erasure: schema_version: ErasureRequested v2 is newer than this reader's v1"
+    record_in(svc.pool)(UnreadableErasureError("facts_v1", at.partition, at.offset, 1, cause))  # as a worker does
+    stalled = {k: v for k, v in scrape(svc).items() if k[0] == "memledger_projection_stalled_offset"}
+    labels = (("partition", str(at.partition)), ("projection", "facts_v1"), ("reason", "unreadable erasure"))
+    assert stalled == {("memledger_projection_stalled_offset", labels): float(at.offset)}
 
 
 def test_a_source_that_does_not_answer_is_reported_not_raised(svc: Services) -> None:

@@ -59,6 +59,28 @@ def test_a_worker_never_creates_a_missing_tombstone_topic(
     assert not topics.describe(kafka_bootstrap, [settings.tombstone_topic])[settings.tombstone_topic].exists
 
 
+@pytest.mark.parametrize("tombstones", ["delete retention", "missing"])
+def test_memledger_worker_refuses_to_start_in_one_line_naming_the_topic_and_the_setting(
+    tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: str, tombstones: str
+) -> None:
+    settings = distributed_settings(tmp_path, kafka_bootstrap, fresh_dsn, redis_url)
+    ensure_topics(kafka_bootstrap, 3, (settings.topic, settings.dlq_topic))
+    if tombstones == "delete retention":
+        ensure_topics(kafka_bootstrap, 3, (settings.tombstone_topic,))
+    env = {**settings_env(settings), "MEMLEDGER_METRICS_PORT": "0"}
+    started = Cli(env).run("worker", check=False, timeout_s=120)  # refused before any child is forked
+    assert started.returncode == 2, started.stdout + started.stderr
+    expected = (
+        f"error: topic {settings.tombstone_topic}: cleanup.policy: must be compact, is delete"
+        if tombstones == "delete retention"
+        else f"error: topic {settings.tombstone_topic}: missing (create it with `memledger topics create`)"
+    )
+    assert expected in started.stderr.splitlines()
+    assert "Traceback" not in started.stderr and "supervising" not in started.stdout
+    if tombstones == "missing":
+        assert not topics.describe(kafka_bootstrap, [settings.tombstone_topic])[settings.tombstone_topic].exists
+
+
 def test_topics_create_then_check_from_the_cli(
     tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: str
 ) -> None:
@@ -115,6 +137,29 @@ def test_a_long_running_reader_follows_a_recreated_tombstone_topic(kafka_bootstr
             assert time.monotonic() < deadline, "the reader did not follow the new topic"
             time.sleep(0.5)
         assert tombstones.erased_among(["m-0"]) == {"m-0"}  # what it knew stays refused
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_long_running_reader_follows_a_recreated_tombstone_topic_that_refilled_to_its_old_end(
+    kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    topic = kafka_topic + ".tombstones"
+    topics.create_missing(kafka_bootstrap, [topics.tombstone_topic(topic)], 1)
+    writer = KafkaTombstoneLog(kafka_bootstrap, topic)
+    reader = KafkaTombstoneLog(kafka_bootstrap, topic)
+    now = datetime.now(UTC)
+    try:
+        tombstones = TombstoneSet(reader, refresh_interval_s=0)
+        writer.publish([Tombstone("m-old", "alice", "er-1", now)])
+        assert tombstones.erased_among(["m-old"]) == {"m-old"}
+        writer.close()
+        _recreate(kafka_bootstrap, topic)
+        writer = KafkaTombstoneLog(kafka_bootstrap, topic)
+        writer.publish([Tombstone("m-new", "alice", "er-2", now)])  # the new topic ends where the old one did
+        assert tombstones.erased_among(["m-new"]) == {"m-new"}
+        assert tombstones.erased_among(["m-old"]) == {"m-old"}  # what it knew stays refused
     finally:
         writer.close()
         reader.close()

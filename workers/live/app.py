@@ -61,7 +61,11 @@ def faust_options(settings: Settings, instance_id: str | None, commit_every: int
     offsets from the earliest record for a new group; the offsets of what was applied
     committed every 0.5 s or every ``commit_every`` acked records; the session timeout
     and heartbeat interval of the settings (seconds); ``instance_id`` as the static
-    ``group.instance.id`` (``None``: dynamic membership)."""
+    ``group.instance.id`` (``None``: dynamic membership). A rebalance or a stop does not
+    wait for the records taken and not acked yet (``stream_wait_empty``): the records of a
+    stalled partition are never acked, so waiting for them held up every rebalance of
+    the group and every SIGTERM until SIGKILL; a record not acked is delivered again, and
+    the stored positions decide what is applied."""
     session_s = settings.consumer_session_timeout_s
     return {
         "store": "memory://",
@@ -76,6 +80,7 @@ def faust_options(settings: Settings, instance_id: str | None, commit_every: int
         "broker_heartbeat_interval": min(settings.consumer_heartbeat_interval_s, session_s / 3),
         "broker_request_timeout": max(90.0, session_s + 10.0),
         "producer_acks": -1,
+        "stream_wait_empty": False,
     }
 
 

@@ -114,6 +114,7 @@ LEDGER_STATE = (
     "memledger_projection_lag_records",
     "memledger_projection_lag_seconds",
     "memledger_projection_info",
+    "memledger_projection_stalled_offset",
     "memledger_erasures_requested_total",
     "memledger_erasures_complete_total",
     "memledger_erasures_pending",

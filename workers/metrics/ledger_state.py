@@ -18,6 +18,10 @@ Families (``workers.metrics.families.LEDGER_STATE``):
   those has been waiting (now minus its append time; 0 when none waits);
 - ``memledger_projection_info{projection, state}``: 1 for every version that is not
   retired (``building``, ``serving``, ``previous``);
+- ``memledger_projection_stalled_offset{projection, partition, reason}``: the offset of
+  the record a version stopped at on a partition rather than skip it (``reason``: what
+  stopped it, e.g. ``unreadable erasure``; the full reason is in ``memledger lag`` and
+  ``memledger dlq``), one sample per stall in force (``projections.stalls``);
 - ``memledger_erasures_requested_total``, ``memledger_erasures_complete_total``,
   ``memledger_erasures_pending``: erasure requests, and those whose receipts every store
   has written (``facts``, ``history``, ``vectors``, ``cache``, ``summaries``, from the
@@ -42,6 +46,7 @@ from prometheus_client.registry import Collector
 from psycopg_pool import ConnectionPool
 
 from ledger.eventlog import EventLog
+from projections import stalls
 from projections.trace import STORES
 
 log = logging.getLogger(__name__)
@@ -126,6 +131,7 @@ class LedgerStateCollector(Collector):
         yield up
         if ends is not None:
             yield from self._positions(ends, state["versions"], state["positions"])
+        yield _stall_family(state["stalls"])
         yield from _erasure_families(state["erasures"])
 
     def _positions(
@@ -215,7 +221,18 @@ def _read_state(conn: Any) -> dict[str, Any]:
         figures = tuple(
             conn.execute(_erasures_sql(), {"stores": list(RECEIPT_STORES), "n": len(RECEIPT_STORES)}).fetchone()
         )
-    return {"versions": live, "positions": done, "erasures": figures}
+    return {"versions": live, "positions": done, "erasures": figures, "stalls": stalls.stalled(conn)}
+
+
+def _stall_family(stopped: list[stalls.Stall]) -> Metric:
+    family = GaugeMetricFamily(
+        "memledger_projection_stalled_offset",
+        "The offset of the record a projection version stopped at on a partition rather than skip it.",
+        labels=["projection", "partition", "reason"],
+    )
+    for stall in stopped:
+        family.add_metric([stall.projection, str(stall.partition), stall.kind], float(stall.offset))
+    return family
 
 
 def _erasure_families(figures: tuple[Any, ...]) -> Iterator[Metric]:
