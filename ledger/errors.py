@@ -113,7 +113,8 @@ class NotWrittenError(LedgerError):
 class AcknowledgementLostError(LedgerError):
     """A command committed (its events are recorded in the ledger's PostgreSQL outbox and
     its state changed) but the log's acknowledgement did not come: the relay publishes the
-    events to the log once it accepts them, in order, and every store then follows. Do not
+    events to the log once it accepts them, in order (another process's relay may already
+    have), and every store then follows. Do not
     run the command again (it would be recorded twice); ``event_ids`` are its events (and
     ``event_types`` their types, in the same order), and ``memory_id`` / ``request_id``
     what it produced (as ``CommandResult`` would have)."""
@@ -129,8 +130,9 @@ class AcknowledgementLostError(LedgerError):
     ) -> None:
         produced = f"; request {request_id}" if request_id else f"; memory {memory_id}" if memory_id else ""
         super().__init__(
-            f"{command}: written, acknowledgement lost ({reason}){produced}; {len(event_ids)} event(s) wait in the"
-            " outbox and are published by the relay: do not run it again"
+            f"{command}: written, acknowledgement lost ({reason}){produced}; {len(event_ids)} event(s) are in the"
+            " outbox, or already in the log (another process's relay may have published them first), and the"
+            " relay publishes what remains: do not run it again"
         )
         self.command = command
         self.reason = reason

@@ -1046,7 +1046,8 @@ class Ledger:
     def _acknowledgement_lost(self, command: str, decision: _Decision, reason: str) -> AcknowledgementLostError:
         event_ids = tuple(e.event_id for e in decision.events)
         log.warning(
-            "%s: written, acknowledgement lost (%s): events %s wait in the outbox; the relay publishes them",
+            "%s: written, acknowledgement lost (%s): events %s are in the outbox or already published;"
+            " the relay publishes what remains",
             command,
             reason,
             ", ".join(event_ids),
