@@ -70,19 +70,23 @@ def describe(differences: list[Difference]) -> list[str]:
     return [f"{d.table} {d.key} {d.column}: store {d.live} | reference {d.fold}" for d in differences]
 
 
-class PostgresStore:
-    """Facts or summaries: every row of the example's subjects."""
-
-    def __init__(self, projection: FactsProjection | SummariesProjection, pool: ConnectionPool) -> None:
-        self.projection = projection
-        self._pool = pool
-        self._name: Any = projection.name
+class _WithoutHooks:
+    """A store that does nothing between deliveries nor once they are all made."""
 
     def between(self, data: st.DataObject, deliveries: Deliveries, subjects: tuple[str, ...]) -> None:
         return None
 
     def settled(self, deliveries: Deliveries, subjects: tuple[str, ...]) -> None:
         return None
+
+
+class PostgresStore(_WithoutHooks):
+    """Facts or summaries: every row of the example's subjects."""
+
+    def __init__(self, projection: FactsProjection | SummariesProjection, pool: ConnectionPool) -> None:
+        self.projection = projection
+        self._pool = pool
+        self._name: Any = projection.name
 
     def differences(self, fold: ReferenceFold, subjects: tuple[str, ...]) -> list[str]:
         with self._pool.connection() as conn:
@@ -97,11 +101,11 @@ class PostgresStore:
         return describe(found)
 
 
-class VectorStore:
+class VectorStore(_WithoutHooks):
     """Vectors: every point of the example's subjects, payload and vector, and the
-    projection's marks (unless ``compare_marks`` is set false)."""
+    projection's marks (unless ``with_marks`` is set false)."""
 
-    compare_marks = True
+    with_marks = True
 
     def __init__(
         self, projection: PositionedProjection, index: VectorIndex, embedder: Embedder, pool: ConnectionPool
@@ -111,17 +115,11 @@ class VectorStore:
         self._embedder = embedder
         self._pool = pool
 
-    def between(self, data: st.DataObject, deliveries: Deliveries, subjects: tuple[str, ...]) -> None:
-        return None
-
-    def settled(self, deliveries: Deliveries, subjects: tuple[str, ...]) -> None:
-        return None
-
     def differences(self, fold: ReferenceFold, subjects: tuple[str, ...]) -> list[str]:
         live = live_points(self._index, subjects)
         _, found = compare_vectors(self._index.collection, live, expected_points(fold, self._embedder, subjects))
         found = [_with_state(d, live) for d in found]
-        if not self.compare_marks:
+        if not self.with_marks:
             return describe(found)
         with self._pool.connection() as conn:
             stored = live_marks(conn, self.projection.id, subjects)
@@ -216,8 +214,6 @@ def steady_pool(dsn: str) -> Iterator[ConnectionPool]:
     with ConnectionPool(dsn, min_size=POOL_SIZE, max_size=POOL_SIZE, open=True) as pool:
         pool.wait()
         yield pool
-
-
 
 
 @contextmanager

@@ -137,7 +137,7 @@ class Search:
         errors: list[str] = []
         with open_store(name, self.stage.pool, self.content, self.directory, _no_redis) as store:
             if isinstance(store, VectorStore):
-                store.compare_marks = compare_marks
+                store.with_marks = compare_marks
 
             @settings(
                 max_examples=BUDGET,
