@@ -106,8 +106,8 @@ def pool(fresh_dsn: str) -> Iterator[ConnectionPool]:
 
 
 @pytest.fixture
-def running(pool: ConnectionPool, keyring: Keyring, tmp_path: Path) -> Iterator[Search]:
-    yield Search(pool, keyring, tmp_path)
+def running(pool: ConnectionPool, keyring: Keyring, tmp_path: Path) -> Search:
+    return Search(pool, keyring, tmp_path)
 
 
 class Search:
