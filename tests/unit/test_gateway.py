@@ -5,8 +5,6 @@ retries (on an httpx mock transport)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -16,6 +14,7 @@ from pydantic import ValidationError
 from contracts import EraseMemories, utc_now
 from ledger.errors import InvalidCommandError, NotAuthorisedError, UnknownMemoryError
 from tests.builders import memory_write
+from tests.imports import server_dependencies_imported
 from workers.api import parse_positions
 from workers.api.problems import problem
 from workers.client import LedgerClient, RateLimited, RetryPolicy
@@ -173,10 +172,5 @@ def test_the_client_gives_up_with_the_servers_problem() -> None:
 
 
 def test_the_client_imports_no_server_dependency() -> None:
-    code = (
-        "import sys, workers.client, workers.wire;"
-        "heavy = ('fastapi', 'starlette', 'uvicorn', 'psycopg', 'psycopg_pool', 'faust', 'onnxruntime', 'redis');"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    out = server_dependencies_imported("import workers.client, workers.wire")
+    assert out == "[]"

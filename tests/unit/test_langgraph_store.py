@@ -4,8 +4,6 @@ anything is sent), and the calls a batch makes, driven by a scripted server."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -20,6 +18,7 @@ from contracts import utc_now
 from ledger.detectors import Screener
 from ledger.screening import LabelRefusedError, load_screening_policy
 from tests.builders import memory_write
+from tests.imports import server_dependencies_imported
 from workers import wire
 from workers.client import Conflict, Forbidden, InvalidRequest
 from workers.client.calls import Call
@@ -385,14 +384,10 @@ def test_an_agent_label_holding_data_is_refused_at_construction_as_the_ledger_re
 
 
 def test_a_store_with_an_agent_label_is_built_without_the_servers_dependencies() -> None:
-    code = (
-        "import sys; from workers.langgraph_store import LedgerStore;"
-        "LedgerStore('http://127.0.0.1:9', 't', agent='support-bot');"
-        "heavy = ('fastapi', 'starlette', 'uvicorn', 'psycopg', 'psycopg_pool', 'faust', 'onnxruntime', 'redis');"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
+    out = server_dependencies_imported(
+        "from workers.langgraph_store import LedgerStore; LedgerStore('http://127.0.0.1:9', 't', agent='support-bot')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert out == "[]"
 
 
 @pytest.mark.parametrize("agent", ["", " x", "x" * 600, "a\x00b", "\ud800"])
