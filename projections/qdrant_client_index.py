@@ -237,24 +237,26 @@ class QdrantClientIndex:
             return []
         return self._scroll("find_derived_from", models.Filter(must=[_match("derived_from", sources)]))
 
-    def retrieve(self, memory_ids: Sequence[str]) -> dict[str, VectorPoint]:
-        """The present points among ``memory_ids``, keyed by the ids as given (vectors normalised)."""
+    def _records(
+        self, op: str, memory_ids: Sequence[str], *, with_payload: bool
+    ) -> tuple[dict[str, str], list[models.Record]]:
+        """The canonical ids of ``memory_ids`` mapped to their spelling as given, and the
+        engine's records of the present ones, with vectors (none read when there are no ids)."""
         given = {self._id(m): m for m in memory_ids}
         ids: list[models.ExtendedPointId] = list(given)
         if not ids:
-            return {}
-        with self._engine("retrieve"):
-            records = self.client.retrieve(self.collection, ids, with_payload=True, with_vectors=True)
+            return given, []
+        with self._engine(op):
+            return given, self.client.retrieve(self.collection, ids, with_payload=with_payload, with_vectors=True)
+
+    def retrieve(self, memory_ids: Sequence[str]) -> dict[str, VectorPoint]:
+        """The present points among ``memory_ids``, keyed by the ids as given (vectors normalised)."""
+        given, records = self._records("retrieve", memory_ids, with_payload=True)
         return points_by_given_id(((self._id(r.id), r.vector, r.payload) for r in records), given, self.collection)
 
     def vectors(self, memory_ids: Sequence[str]) -> dict[str, list[float]]:
         """The vectors of the present points among ``memory_ids``, keyed by the ids as given."""
-        given = {self._id(m): m for m in memory_ids}
-        ids: list[models.ExtendedPointId] = list(given)
-        if not ids:
-            return {}
-        with self._engine("vectors"):
-            records = self.client.retrieve(self.collection, ids, with_payload=False, with_vectors=True)
+        given, records = self._records("vectors", memory_ids, with_payload=False)
         return vectors_by_given_id(((self._id(r.id), r.vector) for r in records), given, self.collection)
 
     def search(

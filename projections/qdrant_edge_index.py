@@ -250,24 +250,26 @@ class QdrantEdgeIndex:
             return []
         return self._scroll("find_derived_from", qe.Filter(must=[_match("derived_from", sources)]))
 
-    def retrieve(self, memory_ids: Sequence[str]) -> dict[str, VectorPoint]:
-        """The present points among ``memory_ids``, keyed by the ids as given (vectors normalised)."""
+    def _records(
+        self, op: str, memory_ids: Sequence[str], *, with_payload: bool
+    ) -> tuple[dict[str, str], list[qe.Record]]:
+        """The canonical ids of ``memory_ids`` mapped to their spelling as given, and the
+        shard's records of the present ones, with vectors (none read when there are no ids)."""
         given = {self._id(m): m for m in memory_ids}
         ids: list[PointId] = list(given)
         if not ids:
-            return {}
-        with self._engine("retrieve"):
-            records = self._open_shard("retrieve").retrieve(ids, with_payload=True, with_vector=True)
+            return given, []
+        with self._engine(op):
+            return given, self._open_shard(op).retrieve(ids, with_payload=with_payload, with_vector=True)
+
+    def retrieve(self, memory_ids: Sequence[str]) -> dict[str, VectorPoint]:
+        """The present points among ``memory_ids``, keyed by the ids as given (vectors normalised)."""
+        given, records = self._records("retrieve", memory_ids, with_payload=True)
         return points_by_given_id(((self._id(r.id), r.vector, r.payload) for r in records), given, self.collection)
 
     def vectors(self, memory_ids: Sequence[str]) -> dict[str, list[float]]:
         """The vectors of the present points among ``memory_ids``, keyed by the ids as given."""
-        given = {self._id(m): m for m in memory_ids}
-        ids: list[PointId] = list(given)
-        if not ids:
-            return {}
-        with self._engine("vectors"):
-            records = self._open_shard("vectors").retrieve(ids, with_payload=False, with_vector=True)
+        given, records = self._records("vectors", memory_ids, with_payload=False)
         return vectors_by_given_id(((self._id(r.id), r.vector) for r in records), given, self.collection)
 
     def search(
