@@ -27,7 +27,6 @@ from ledger.errors import InvalidCommandError, PolicyError
 
 SENSITIVITY_ORDER: tuple[Sensitivity, ...] = ("public", "internal", "personal", "restricted")
 """Sensitivity classes from least to most sensitive."""
-_CLASSES = SENSITIVITY_ORDER
 
 
 class ClassPolicy(BaseModel):
@@ -58,7 +57,7 @@ class RetentionPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _all_classes(self) -> RetentionPolicy:
-        missing = [c for c in _CLASSES if c not in self.classes]
+        missing = [c for c in SENSITIVITY_ORDER if c not in self.classes]
         if missing:
             raise ValueError(f"classes: missing {', '.join(missing)} (every sensitivity class needs a policy)")
         return self

@@ -85,25 +85,12 @@ class _GrantsFile(BaseModel):
     principals: dict[Annotated[str, Field(min_length=1)], _PrincipalEntry] = {}
 
 
-def load_principals(path: Path) -> dict[str, Principal]:
-    """Read principals from a grants TOML file.
-
-    Raises:
-        InvalidCommandError: the file is missing, not TOML, or breaks the schema;
-            ``field`` names the file (and the key where known).
-    """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InvalidCommandError("grants_file", f"{path} does not exist") from None
-    return parse_principals(raw, path)
-
-
 def parse_principals(raw: bytes, path: Path) -> dict[str, Principal]:
     """The principals of ``raw``, the content of the grants file ``path`` (named in errors).
 
     Raises:
-        InvalidCommandError: not UTF-8 TOML, or breaks the schema; as ``load_principals``.
+        InvalidCommandError: not UTF-8 TOML, or breaks the schema; ``field`` names the
+            file (and the key where known).
     """
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
@@ -133,7 +120,8 @@ class GrantsFile:
         """Read ``path`` once.
 
         Raises:
-            InvalidCommandError: as ``load_principals``: a process does not start on a bad file.
+            InvalidCommandError: the file is missing, or as ``parse_principals``: a process
+                does not start on a bad file.
         """
         self.path = path
         self._lock = threading.Lock()

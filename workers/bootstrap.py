@@ -464,6 +464,18 @@ def topic_specs(settings: Settings) -> list[topics.TopicSpec]:
     ]
 
 
+def prepare_topics(settings: Settings, *, create: bool) -> None:
+    """Check the distributed mode's topics of ``settings`` (``ledger.topics.prepare``),
+    creating the missing ones when ``create``.
+
+    Raises:
+        TopicMisconfiguredError: a topic is missing (and not ``create``) or one of its
+            settings differs (names the topic and the setting).
+    """
+    assert settings.kafka_bootstrap is not None
+    topics.prepare(settings.kafka_bootstrap, topic_specs(settings), settings.partitions, create=create)
+
+
 def build(
     settings: Settings | None = None,
     *,
@@ -498,8 +510,8 @@ def build(
         if settings.mode == "distributed":
             from ledger.kafka_log import KafkaDeadLetterQueue, KafkaEventLog
 
+            prepare_topics(settings, create=create_topics)
             assert settings.kafka_bootstrap is not None
-            topics.prepare(settings.kafka_bootstrap, topic_specs(settings), settings.partitions, create=create_topics)
             event_log = KafkaEventLog(
                 settings.kafka_bootstrap,
                 topic=settings.topic,

@@ -29,8 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from ledger import topics
-from workers.bootstrap import build, topic_specs
+from workers.bootstrap import build, prepare_topics
 from workers.metrics.endpoint import embedded_metrics
 from workers.settings import Settings
 
@@ -40,7 +39,7 @@ def run_worker(names: Sequence[str], poll_interval_s: float = 0.5, version: int 
     retired (from the registry; embedded mode: serving and previous), or only ``version`` (distributed mode,
     one name: how the supervisor starts its children).
 
-    The supervisor checks the topics before it starts any child (``ledger.topics.prepare``,
+    The supervisor checks the topics before it starts any child (``workers.bootstrap.prepare_topics``,
     never creating one): a missing or misconfigured topic is refused once, here, instead
     of by every child in a restart loop.
 
@@ -61,8 +60,7 @@ def run_worker(names: Sequence[str], poll_interval_s: float = 0.5, version: int 
     else:
         from workers.live.supervisor import supervise
 
-        assert settings.kafka_bootstrap is not None
-        topics.prepare(settings.kafka_bootstrap, topic_specs(settings), settings.partitions, create=False)
+        prepare_topics(settings, create=False)
         supervise(settings, names, _stop_on_signals())
 
 

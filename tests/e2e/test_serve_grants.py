@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,6 +28,12 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[serving.Serve
         yield served
 
 
+def readyz(served: serving.Served) -> dict[str, Any]:
+    """The body of serve's ``/readyz``, as JSON."""
+    body: dict[str, Any] = httpx.get(served.url + "/readyz", timeout=30).json()
+    return body
+
+
 def test_an_edited_grants_file_counts_at_the_next_command_through_serve(embedded: serving.Served) -> None:
     cli = embedded.cli
     grants = Path(cli.env["MEMLEDGER_DATA_DIR"]) / "grants.toml"
@@ -38,13 +45,13 @@ def test_an_edited_grants_file_counts_at_the_next_command_through_serve(embedded
     grants.write_text(first + DPO_ERASES)  # the operator gives dpo an erase grant
     listed = cli.json("--principal", "dpo", "memories", subject)["memories"]
     assert [m["memory_id"] for m in listed] == [written["memory_id"]] and listed[0]["content"] is None
-    assert httpx.get(embedded.url + "/readyz", timeout=30).json()["grants_file"] is None
+    assert readyz(embedded)["grants_file"] is None
 
     grants.write_text(first + DPO_ERASES + "[principals.broken\n")  # no longer TOML
     for _ in range(2):
         listed = cli.json("--principal", "dpo", "memories", subject)["memories"]  # the last good grants
         assert [m["memory_id"] for m in listed] == [written["memory_id"]]
-    ready = httpx.get(embedded.url + "/readyz", timeout=30).json()
+    ready = readyz(embedded)
     assert ready["ready"] is True, ready
     assert ready["grants_file"].startswith("grants_file: grants.toml is not valid TOML"), ready
     assert str(grants) not in ready["grants_file"]  # the probe has no credential: no path of the machine
@@ -54,7 +61,7 @@ def test_an_edited_grants_file_counts_at_the_next_command_through_serve(embedded
     grants.write_text(first)  # the grant withdrawn: refused again at once
     refused = cli.run("--principal", "dpo", "memories", subject, check=False)
     assert refused.returncode == 2 and "may not read" in refused.stderr, refused.stderr
-    assert httpx.get(embedded.url + "/readyz", timeout=30).json()["grants_file"] is None
+    assert readyz(embedded)["grants_file"] is None
 
 
 def test_an_api_key_made_or_revoked_while_serve_runs_counts_at_once(embedded: serving.Served) -> None:

@@ -88,6 +88,14 @@ def across_a_replay(svc: Services, check: Callable[[], None], *, same_facts: boo
         assert facts_rows(svc) == live
 
 
+def replace_secrets(svc: Services) -> None:
+    """From now on ``svc``'s ledger replaces the secrets it finds instead of refusing them."""
+    policy = load_screening_policy()
+    svc.ledger.screener = Screener(
+        policy.model_copy(update={"secrets": policy.secrets.model_copy(update={"action": "replace"})})
+    )
+
+
 def test_an_earlier_version_awaits_confirmation_when_its_replacement_is_erased(svc: Services) -> None:
     p = svc.principal()
     old = write(svc, "Sam works at Foo Industries", "turn-1", key="employer")
@@ -300,10 +308,7 @@ def test_secrets_are_refused_or_replaced_and_personal_data_raises_the_class(
     expires_at = event.memory.retention.expires_at
     assert expires_at is not None and expires_at <= utc_now() + timedelta(days=180)  # the personal class's limit
 
-    policy = load_screening_policy()
-    svc.ledger.screener = Screener(
-        policy.model_copy(update={"secrets": policy.secrets.model_copy(update={"action": "replace"})})
-    )
+    replace_secrets(svc)
     replaced = write(svc, "Connect with postgres://deploy:Sup3rS3cretPw@db.internal:5432/app", "turn-3")
     svc.catch_up()
 
@@ -349,10 +354,7 @@ def test_json_escapes_hide_no_secret_or_personal_data_and_a_replaced_value_stays
     assert svc.log.end_offsets() == ends
     assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
 
-    policy = load_screening_policy()
-    svc.ledger.screener = Screener(
-        policy.model_copy(update={"secrets": policy.secrets.model_copy(update={"action": "replace"})})
-    )
+    replace_secrets(svc)
     replaced = write(svc, content_of({"secret": 'abc"def', "n": 1}), "turn-3")
     svc.catch_up()
     content = one(svc, f"SELECT content FROM {STABLE.facts} WHERE memory_id = %s", replaced)
@@ -408,10 +410,7 @@ def test_a_connection_string_password_that_detect_secrets_pattern_misses_is_refu
     assert svc.log.end_offsets() == ends
     assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
 
-    policy = load_screening_policy()
-    svc.ledger.screener = Screener(
-        policy.model_copy(update={"secrets": policy.secrets.model_copy(update={"action": "replace"})})
-    )
+    replace_secrets(svc)
     written = {
         write(svc, f"The app connects with {url}", f"turn-{i}"): kept for i, (url, kept) in enumerate(urls.items())
     }

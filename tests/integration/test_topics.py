@@ -118,11 +118,15 @@ def _recreate(bootstrap: str, topic: str) -> None:
         time.sleep(0.5)
 
 
-def test_a_long_running_reader_follows_a_recreated_tombstone_topic(kafka_bootstrap: str, kafka_topic: str) -> None:
+def _fresh_tombstone_topic(bootstrap: str, kafka_topic: str) -> tuple[str, KafkaTombstoneLog, KafkaTombstoneLog]:
+    """A new tombstone topic (named after ``kafka_topic``), a writer and a reader of it."""
     topic = kafka_topic + ".tombstones"
-    topics.create_missing(kafka_bootstrap, [topics.tombstone_topic(topic)], 1)
-    writer = KafkaTombstoneLog(kafka_bootstrap, topic)
-    reader = KafkaTombstoneLog(kafka_bootstrap, topic)
+    topics.create_missing(bootstrap, [topics.tombstone_topic(topic)], 1)
+    return topic, KafkaTombstoneLog(bootstrap, topic), KafkaTombstoneLog(bootstrap, topic)
+
+
+def test_a_long_running_reader_follows_a_recreated_tombstone_topic(kafka_bootstrap: str, kafka_topic: str) -> None:
+    topic, writer, reader = _fresh_tombstone_topic(kafka_bootstrap, kafka_topic)
     now = datetime.now(UTC)
     try:
         tombstones = TombstoneSet(reader, refresh_interval_s=0)
@@ -145,10 +149,7 @@ def test_a_long_running_reader_follows_a_recreated_tombstone_topic(kafka_bootstr
 def test_a_long_running_reader_follows_a_recreated_tombstone_topic_that_refilled_to_its_old_end(
     kafka_bootstrap: str, kafka_topic: str
 ) -> None:
-    topic = kafka_topic + ".tombstones"
-    topics.create_missing(kafka_bootstrap, [topics.tombstone_topic(topic)], 1)
-    writer = KafkaTombstoneLog(kafka_bootstrap, topic)
-    reader = KafkaTombstoneLog(kafka_bootstrap, topic)
+    topic, writer, reader = _fresh_tombstone_topic(kafka_bootstrap, kafka_topic)
     now = datetime.now(UTC)
     try:
         tombstones = TombstoneSet(reader, refresh_interval_s=0)
