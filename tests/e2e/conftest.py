@@ -19,7 +19,7 @@ import pytest
 
 from ledger.crypto import new_master_key
 from workers.bench.load import command
-from workers.bootstrap import Services, build
+from workers.bootstrap import Services, build, prepare_topics
 from workers.settings import Settings
 
 
@@ -130,20 +130,28 @@ def kafka_cli(tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: s
         MEMLEDGER_CONSUMER_GROUP_PREFIX=f"memledger-test-{tag}",
         MEMLEDGER_VECTOR_QUERY_URL=f"http://127.0.0.1:{free_port()}",
     )
+    # the topics exist before any worker starts, as an operator creates them
+    # (`memledger topics create`): a worker refuses to start on a missing topic
+    prepare_topics(_settings_of(env), create=True)
     cli = Cli(env)
     yield cli
     cli.stop_all()
 
 
+def _settings_of(env: dict[str, str]) -> Settings:
+    """The settings a command run with ``env`` reads (its ``MEMLEDGER_*`` variables)."""
+    fields = {
+        k.removeprefix("MEMLEDGER_").lower(): v
+        for k, v in env.items()
+        if k.startswith("MEMLEDGER_") and not k.startswith("MEMLEDGER_TEST_")
+    }
+    return Settings.model_validate(fields)
+
+
 @pytest.fixture
 def ledger_svc(kafka_cli: Cli) -> Iterator[Services]:
     """The kafka_cli deployment's services in this process (the test writes through its ledger)."""
-    fields = {
-        k.removeprefix("MEMLEDGER_").lower(): v
-        for k, v in kafka_cli.env.items()
-        if k.startswith("MEMLEDGER_") and not k.startswith("MEMLEDGER_TEST_")
-    }
-    svc = build(Settings.model_validate(fields), own_vectors=False)
+    svc = build(_settings_of(kafka_cli.env), own_vectors=False)
     yield svc
     svc.close()
 
