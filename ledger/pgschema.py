@@ -10,6 +10,7 @@ once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import psycopg
@@ -32,7 +33,13 @@ def ensure_schema(conn: psycopg.Connection, marker_table: str, ddl: str) -> bool
     return True
 
 
-def vacuum(pool: ConnectionPool, tables: Sequence[str], full: bool = False, lock_timeout_s: float = 5.0) -> None:
+def vacuum(
+    pool: ConnectionPool,
+    tables: Sequence[str],
+    full: bool = False,
+    lock_timeout_s: float = 5.0,
+    snapshot_wait_s: float = 15.0,
+) -> None:
     """``VACUUM`` the given tables (trusted names), in autocommit mode: an ``UPDATE`` or
     ``DELETE`` leaves the old row version in the table file until vacuum, so a destroyed
     data key or a removed text would stay on disk.
@@ -42,14 +49,26 @@ def vacuum(pool: ConnectionPool, tables: Sequence[str], full: bool = False, lock
     writes the table into a new file and deletes the old one; it holds an exclusive lock
     on the table meanwhile, so it is meant for small tables (the key store), and it gives
     up after ``lock_timeout_s`` seconds of waiting for the lock (then a plain ``VACUUM``
-    runs). Best effort: a failure is logged, not raised. Copies in the WAL stay until its
-    segments are recycled, and in backups for as long as they are kept (README, "What
-    erasure removes from disk").
+    runs). ``VACUUM FULL`` also copies every row version that a snapshot still open in the
+    database may see (PostgreSQL's "recently dead" rows): one transaction begun before the
+    deleting command committed, such as autovacuum's own ``ANALYZE`` or a long read, kept
+    the old version in the new file. So it first waits, up to ``snapshot_wait_s`` seconds,
+    for such snapshots to end (``older_snapshots``). Best effort: a failure or a wait that
+    gives up is logged, not raised. Copies in the WAL stay until its segments are recycled,
+    and in backups for as long as they are kept (README, "What erasure removes from disk").
     """
     try:
         with pool.connection() as conn:
             conn.autocommit = True
             try:
+                if full and (n := wait_for_older_snapshots(conn, snapshot_wait_s)):
+                    log.warning(
+                        "VACUUM FULL %s: %d older snapshot(s) still open after %.0f s; the row versions they "
+                        "may see stay in the new file until the next rewrite (memledger compact)",
+                        ", ".join(tables),
+                        n,
+                        snapshot_wait_s,
+                    )
                 conn.execute(f"SET lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
                 for table in tables:
                     try:
@@ -62,3 +81,33 @@ def vacuum(pool: ConnectionPool, tables: Sequence[str], full: bool = False, lock
                 conn.autocommit = False
     except psycopg.Error as exc:
         log.warning("vacuum of %s failed (autovacuum will do it later): %s", ", ".join(tables), exc)
+
+
+_OLDER_SNAPSHOTS_SQL = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND backend_xmin IS NOT NULL AND age(backend_xmin) > age(%s::text::xid)
+"""
+
+
+def older_snapshots(conn: psycopg.Connection, horizon: str) -> int:
+    """How many other sessions of this database hold a snapshot older than ``horizon``
+    (a transaction id as text, from ``pg_snapshot_xmax``): their ``backend_xmin`` precedes
+    it, so the row versions deleted before ``horizon`` may still be visible to them and
+    no vacuum may remove them. Transaction ids are compared by ``age`` (wraparound-safe)."""
+    row = conn.execute(_OLDER_SNAPSHOTS_SQL, (horizon,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def wait_for_older_snapshots(conn: psycopg.Connection, timeout_s: float) -> int:
+    """Wait, up to ``timeout_s`` seconds (polling every 50 ms), until no other session of
+    this database holds a snapshot taken before this call (``older_snapshots``); returns
+    how many still do (0: none, every row version deleted before the call is now
+    removable by a vacuum). ``conn`` must be in autocommit mode (a transaction of its own
+    would be one such snapshot for the others)."""
+    row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
+    horizon = str(row[0]) if row else "0"
+    deadline = time.monotonic() + timeout_s
+    while (n := older_snapshots(conn, horizon)) > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return n

@@ -13,6 +13,10 @@ Steps, each reported with its outcome (``done``, ``nothing`` to do, ``busy``: it
 was not granted within the wait, ``skipped``: this deployment cannot do it, with the
 reason, ``failed``: with the error):
 
+- ``postgres`` ``snapshots``: a wait, at most ``snapshot_wait_s`` seconds, until no other
+  session of the database holds a snapshot older than the compaction: ``VACUUM FULL``
+  copies every row version such a snapshot may still see ("recently dead"), so while one
+  is open the removed rows stay in the new files (``busy`` then; the rewrites still run);
 - ``postgres``: ``VACUUM (FULL, ANALYZE)`` of every table given (a new file, indexes
   rebuilt, statistics sampled from live rows only), each waiting at most
   ``lock_timeout_s`` seconds for its exclusive lock; then ``VACUUM FULL pg_statistic``
@@ -43,7 +47,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from contracts import iso_utc, utc_now
-from ledger.pgschema import ensure_schema
+from ledger.pgschema import ensure_schema, wait_for_older_snapshots
 from projections.vector_index import VectorIndex
 
 SCHEMA_SQL = """
@@ -116,6 +120,7 @@ class CompactTargets:
     embedded_redis: bool = False
     lock_timeout_s: float = 5.0
     redis_wait_s: float = 60.0
+    snapshot_wait_s: float = 30.0
 
 
 def install(conn: psycopg.Connection) -> None:
@@ -136,7 +141,7 @@ def compact(
     with pool.connection() as conn:
         install(conn)
         tables = [t for t in targets.tables if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone() != (None,)]
-    total = len(tables) + 2 + len(targets.indexes) + (targets.redis is not None)
+    total = len(tables) + 3 + len(targets.indexes) + (targets.redis is not None)
     done = 0
 
     def step(name: str) -> None:
@@ -149,6 +154,8 @@ def compact(
     with pool.connection() as conn:
         conn.autocommit = True
         try:
+            step("wait for older snapshots")
+            steps.append(_snapshots(conn, targets.snapshot_wait_s))
             conn.execute(f"SET lock_timeout = '{int(targets.lock_timeout_s * 1000)}ms'")
             for table in tables:
                 step(f"VACUUM FULL {table}")
@@ -224,6 +231,18 @@ def _timed(store: str, target: str, run: Callable[[], tuple[str, str]]) -> Compa
     except Exception as exc:  # psycopg, vector index, Redis or OS errors: reported, the next step runs
         status, detail = "failed", f"{type(exc).__name__}: {str(exc).strip()[:300]}"
     return CompactionStep(store, target, status, detail, round(time.monotonic() - started, 3))
+
+
+def _snapshots(conn: psycopg.Connection, wait_s: float) -> CompactionStep:
+    def run() -> tuple[str, str]:
+        if n := wait_for_older_snapshots(conn, wait_s):
+            return "busy", (
+                f"{n} session(s) still hold a snapshot older than the compaction after {wait_s:.0f} s: the rows "
+                "they may see stay in the rewritten files; run compact again when they have ended"
+            )
+        return "done", "no snapshot older than the compaction is open"
+
+    return _timed("postgres", "snapshots", run)
 
 
 def _vacuum_full(conn: psycopg.Connection, table: str) -> CompactionStep:

@@ -19,7 +19,8 @@ from workers.bootstrap import Services
 def compact_targets(svc: Services, lock_timeout_s: float, vectors_unreachable: str | None = None) -> CompactTargets:
     """The targets of every projection version that is not retired. A vectors version
     whose index this process does not own (the vectors worker does) is a skipped step
-    saying so (``vectors_unreachable``: why the index could not be opened here)."""
+    saying so (``vectors_unreachable``: why the index could not be opened here).
+    ``lock_timeout_s`` bounds each table's lock wait and the wait for older snapshots."""
     tables: list[str] = list(SHREDDED_TABLES)
     indexes: list[VectorIndex | tuple[str, str]] = []
     with svc.pool.connection() as conn:
@@ -45,4 +46,5 @@ def compact_targets(svc: Services, lock_timeout_s: float, vectors_unreachable: s
         own_server=svc.settings.mode == "embedded" and svc.settings.postgres_dsn is None,
         embedded_redis=svc.settings.redis_url is None,
         lock_timeout_s=lock_timeout_s,
+        snapshot_wait_s=lock_timeout_s,
     )

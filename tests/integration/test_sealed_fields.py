@@ -228,3 +228,40 @@ def test_erasure_requests_a_restore_lost_are_recorded_again_from_the_log(svc: Se
     assert after.verdict == before.verdict == "complete"
     assert (after.requested_by, after.reason, after.memory_ids) == (before.requested_by, "asked", [gone.memory_id])
     assert (after.log_partition, after.log_offset) == (before.log_partition, before.log_offset)
+
+
+def test_the_data_key_leaves_the_files_when_an_older_snapshot_ends_after_the_erase(svc: Services) -> None:
+    """``VACUUM FULL`` copies a row version that an open snapshot may still see (recently
+    dead): a transaction of any session of the database that began before the erasure
+    committed (autovacuum's own ANALYZE, a long read) kept the destroyed key in the new
+    file. The rewrite waits for such snapshots to end first."""
+    import threading
+    import time
+    from pathlib import Path
+
+    import psycopg
+
+    p = svc.principal()
+    gone = claim(svc, f"Alice's safe code is 31337-{MARK}", f"safe-{MARK}")
+    svc.catch_up()
+    wrapped = bytes(one(svc, "SELECT wrapped_key FROM memory_keys WHERE key_id = %s", gone.memory_id))
+    dsn = svc.settings.postgres_dsn
+    held = threading.Event()
+
+    def older_snapshot() -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            conn.execute("SELECT count(*) FROM pg_class").fetchone()  # takes the snapshot
+            held.set()
+            time.sleep(1.5)
+            conn.rollback()
+
+    reader = threading.Thread(target=older_snapshot)
+    reader.start()
+    held.wait(10)
+    svc.ledger.erase(p, EraseMemories(subject_id="alice", memory_ids=(gone.memory_id,), reason="asked"))
+    reader.join()
+    with svc.pool.connection() as conn:
+        conn.execute("CHECKPOINT")
+    root, path = one(svc, "SELECT current_setting('data_directory'), pg_relation_filepath('memory_keys')")
+    assert wrapped not in (Path(root) / path).read_bytes()

@@ -28,7 +28,9 @@ class RssSampler:
     """Every ``interval_s`` seconds, the resident set size of every process in the trees
     rooted at ``roots`` (pids of ``memledger worker`` supervisors): the peak of each
     process, the peak of their sum at one sample (the whole deployment) and the most
-    processes alive at one sample. ``stop`` ends the sampling; ``result`` gives megabytes
+    processes alive at one sample (the roots and their direct children, the workers they
+    forked; a process that has exited but is not reaped yet, a zombie, is not alive, and
+    a grandchild counts for memory only). ``stop`` ends the sampling; ``result`` gives megabytes
     (2**20 bytes).
 
     A child forked by a supervisor carries the supervisor's command line until it sets
@@ -41,6 +43,7 @@ class RssSampler:
         self._peak: dict[int, tuple[str, int]] = {}
         self._total_peak = 0
         self._alive_peak = 0
+        self._at_peak: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -53,7 +56,8 @@ class RssSampler:
 
     def sample(self) -> None:
         """Take one sample now."""
-        total = alive = 0
+        total = 0
+        alive: list[str] = []
         for root in self._roots:
             try:
                 tree = [psutil.Process(root)]
@@ -62,18 +66,23 @@ class RssSampler:
                 continue
             for proc in tree:
                 try:
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        continue
                     rss = proc.memory_info().rss
                     label = self._label(proc, root)
+                    worker = proc.pid == root or proc.ppid() == root
                 except psutil.Error:  # exited between the listing and the reading
                     continue
                 total += rss
-                alive += 1
+                if worker:
+                    alive.append(f"{label} (pid {proc.pid})")
                 if label != self._peak.get(proc.pid, (label, 0))[0]:  # titled since the last sample
                     self._peak[proc.pid] = (label, self._peak[proc.pid][1])
                 if rss > self._peak.get(proc.pid, (label, 0))[1]:
                     self._peak[proc.pid] = (label, rss)
         self._total_peak = max(self._total_peak, total)
-        self._alive_peak = max(self._alive_peak, alive)
+        if len(alive) > self._alive_peak:
+            self._alive_peak, self._at_peak = len(alive), alive
 
     def _label(self, proc: psutil.Process, root: int) -> str:
         known = self._peak.get(proc.pid)
@@ -88,9 +97,9 @@ class RssSampler:
 
     def result(self) -> dict[str, Any]:
         """``{"worker_peak_rss_mb": {role: peak, ...}, "deployment_peak_rss_mb": peak,
-        "processes": n, "processes_started": m}``: ``n`` the most processes alive at one
-        sample (the deployment's size), ``m`` every process seen (above ``n`` when a worker
-        was restarted). A role run by several processes (scale-out, restarts) gets the
+        "processes": n, "processes_at_peak": [label, ...], "processes_started": m}``: ``n``
+        the most processes alive at one sample (the deployment's size), which they were
+        (role and pid), ``m`` every process seen (above ``n`` when a worker was restarted). A role run by several processes (scale-out, restarts) gets the
         highest of their peaks."""
         by_role: dict[str, int] = {}
         for label, rss in self._peak.values():
@@ -99,5 +108,6 @@ class RssSampler:
             "worker_peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(by_role.items())},
             "deployment_peak_rss_mb": round(self._total_peak / MB, 1),
             "processes": self._alive_peak,
+            "processes_at_peak": list(self._at_peak),
             "processes_started": len(self._peak),
         }

@@ -169,16 +169,24 @@ def rotate_master_key_cmd(
 
 def compact_cmd(
     lock_timeout_s: Annotated[
-        float, typer.Option("--lock-timeout-s", min=0.1, max=600.0, help="longest wait for each table's lock, seconds")
+        float,
+        typer.Option(
+            "--lock-timeout-s",
+            min=0.1,
+            max=600.0,
+            help="longest wait for each table's lock, and for older snapshots to end, seconds",
+        ),
     ] = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Rewrite what erasures, redactions and revocations left on disk: the ledger's and
     every projection version's tables and indexes (VACUUM FULL, each waiting at most
-    --lock-timeout-s for its lock), their statistics, the WAL (a switch and a checkpoint),
-    the vector collections and the Redis dump. Progress on stderr; the run is recorded, and
-    `trace` shows its time in the `disk` row. Stop the vectors worker first when it owns
-    a local index (distributed mode without a Qdrant server), or its collection is skipped."""
+    --lock-timeout-s for its lock, after waiting as long for the transactions older than
+    the compaction to end: their snapshots keep removed rows in a rewritten file), their
+    statistics, the WAL (a switch and a checkpoint), the vector collections and the Redis
+    dump. Progress on stderr; the run is recorded, and `trace` shows its time in the
+    `disk` row. Stop the vectors worker first when it owns a local index (distributed mode
+    without a Qdrant server), or its collection is skipped."""
     unreachable: str | None = None
     with ExitStack() as stack:
         try:
