@@ -99,8 +99,9 @@ class RssSampler:
         """``{"worker_peak_rss_mb": {role: peak, ...}, "deployment_peak_rss_mb": peak,
         "processes": n, "processes_at_peak": [label, ...], "processes_started": m}``: ``n``
         the most processes alive at one sample (the deployment's size), which they were
-        (role and pid), ``m`` every process seen (above ``n`` when a worker was restarted). A role run by several processes (scale-out, restarts) gets the
-        highest of their peaks."""
+        (role and pid), ``m`` every process seen (above ``n`` when a worker was restarted).
+        A role run by several processes (scale-out, restarts) gets the highest of their
+        peaks."""
         by_role: dict[str, int] = {}
         for label, rss in self._peak.values():
             by_role[label] = max(by_role.get(label, 0), rss)
