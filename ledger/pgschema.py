@@ -53,7 +53,7 @@ def vacuum(
     database may see (PostgreSQL's "recently dead" rows): one transaction begun before the
     deleting command committed, such as autovacuum's own ``ANALYZE`` or a long read, kept
     the old version in the new file. So it first waits, up to ``snapshot_wait_s`` seconds,
-    for such snapshots to end (``older_snapshots``). Best effort: a failure or a wait that
+    for such snapshots to end (``wait_for_older_snapshots``). Best effort: a failure or a wait that
     gives up is logged, not raised. Copies in the WAL stay until its segments are recycled,
     and in backups for as long as they are kept (README, "What erasure removes from disk").
     """
@@ -83,31 +83,24 @@ def vacuum(
         log.warning("vacuum of %s failed (autovacuum will do it later): %s", ", ".join(tables), exc)
 
 
-_OLDER_SNAPSHOTS_SQL = """
-SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()
-  AND backend_xmin IS NOT NULL AND age(backend_xmin) > age(%s::text::xid)
-"""
-
-
-def older_snapshots(conn: psycopg.Connection, horizon: str) -> int:
-    """How many other sessions of this database hold a snapshot older than ``horizon``
-    (a transaction id as text, from ``pg_snapshot_xmax``): their ``backend_xmin`` precedes
-    it, so the row versions deleted before ``horizon`` may still be visible to them and
-    no vacuum may remove them. Transaction ids are compared by ``age`` (wraparound-safe)."""
-    row = conn.execute(_OLDER_SNAPSHOTS_SQL, (horizon,)).fetchone()
-    return int(row[0]) if row else 0
-
-
 def wait_for_older_snapshots(conn: psycopg.Connection, timeout_s: float) -> int:
     """Wait, up to ``timeout_s`` seconds (polling every 50 ms), until no other session of
-    this database holds a snapshot taken before this call (``older_snapshots``); returns
-    how many still do (0: none, every row version deleted before the call is now
-    removable by a vacuum). ``conn`` must be in autocommit mode (a transaction of its own
-    would be one such snapshot for the others)."""
+    this database holds a snapshot taken before this call: a ``backend_xmin`` (in
+    ``pg_stat_activity``) older than this call's ``pg_snapshot_xmax``, compared by ``age``
+    (wraparound-safe), means the row versions deleted before the call may still be visible
+    to that session and no vacuum may remove them. Returns how many sessions still hold
+    one (0: every row version deleted before the call is now removable). ``conn`` must be
+    in autocommit mode (a transaction of its own would be one such snapshot)."""
     row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
     horizon = str(row[0]) if row else "0"
     deadline = time.monotonic() + timeout_s
-    while (n := older_snapshots(conn, horizon)) > 0 and time.monotonic() < deadline:
+    while True:
+        counted = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND backend_xmin IS NOT NULL AND age(backend_xmin) > age(%s::text::xid)",
+            (horizon,),
+        ).fetchone()
+        n = int(counted[0]) if counted else 0
+        if n == 0 or time.monotonic() >= deadline:
+            return n
         time.sleep(0.05)
-    return n

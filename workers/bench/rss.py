@@ -42,7 +42,6 @@ class RssSampler:
         self._interval_s = interval_s
         self._peak: dict[int, tuple[str, int]] = {}
         self._total_peak = 0
-        self._alive_peak = 0
         self._at_peak: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -81,8 +80,8 @@ class RssSampler:
                 if rss > self._peak.get(proc.pid, (label, 0))[1]:
                     self._peak[proc.pid] = (label, rss)
         self._total_peak = max(self._total_peak, total)
-        if len(alive) > self._alive_peak:
-            self._alive_peak, self._at_peak = len(alive), alive
+        if len(alive) > len(self._at_peak):
+            self._at_peak = alive
 
     def _label(self, proc: psutil.Process, root: int) -> str:
         known = self._peak.get(proc.pid)
@@ -108,7 +107,7 @@ class RssSampler:
         return {
             "worker_peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(by_role.items())},
             "deployment_peak_rss_mb": round(self._total_peak / MB, 1),
-            "processes": self._alive_peak,
+            "processes": len(self._at_peak),
             "processes_at_peak": list(self._at_peak),
             "processes_started": len(self._peak),
         }
