@@ -85,20 +85,25 @@ def vacuum(
 
 def wait_for_older_snapshots(conn: psycopg.Connection, timeout_s: float) -> int:
     """Wait, up to ``timeout_s`` seconds (polling every 50 ms), until no other session of
-    this database holds a snapshot taken before this call: a ``backend_xmin`` (in
-    ``pg_stat_activity``) older than this call's ``pg_snapshot_xmax``, compared by ``age``
-    (wraparound-safe), means the row versions deleted before the call may still be visible
-    to that session and no vacuum may remove them. Returns how many sessions still hold
+    this database holds a snapshot or a transaction id taken before this call: a
+    ``backend_xmin`` or ``backend_xid`` (in ``pg_stat_activity``) older than a transaction
+    id taken by this call (``pg_current_xact_id``), compared by ``age`` (wraparound-safe), means the row versions
+    deleted before the call may still be visible to that session (an open transaction's
+    own id holds back the removal horizon, PostgreSQL's ``ComputeXidHorizons``) and no
+    vacuum may remove them. Returns how many sessions still hold
     one (0: every row version deleted before the call is now removable). ``conn`` must be
     in autocommit mode (a transaction of its own would be one such snapshot)."""
-    row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
+    # a transaction id of its own (autocommit: it ends with the statement): every id assigned
+    # before the call is older. A snapshot's xmax is not that bound: it is one past the last
+    # *completed* id, so a transaction still open and the newest of all would pass for younger
+    row = conn.execute("SELECT pg_current_xact_id()::xid::text").fetchone()
     horizon = str(row[0]) if row else "0"
     deadline = time.monotonic() + timeout_s
     while True:
         counted = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            " AND backend_xmin IS NOT NULL AND age(backend_xmin) > age(%s::text::xid)",
-            (horizon,),
+            " AND (age(backend_xmin) > age(%s::text::xid) OR age(backend_xid) > age(%s::text::xid))",
+            (horizon, horizon),
         ).fetchone()
         n = int(counted[0]) if counted else 0
         if n == 0 or time.monotonic() >= deadline:

@@ -4,10 +4,19 @@ shows a principal that may erase but not read, and the field names its refusals 
 
 from __future__ import annotations
 
-import pytest
+import hashlib
+import json
+import threading
+import time
 
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from ledger.pgschema import wait_for_older_snapshots
 from tests.integration.conftest import caller, one
 from workers import wire
+from workers.api import create_app
 from workers.bootstrap import Services
 from workers.gateway import ForbiddenError, Gateway, InvalidRequestError
 
@@ -66,3 +75,115 @@ def test_refusals_name_the_fields_of_the_http_body(gateway: Gateway, svc: Servic
     assert unmatched.value.field == "purpose"
     assert "give allow_unmatched to withdraw consent" in unmatched.value.rule and "--" not in unmatched.value.rule
     assert log_end(svc) == end
+
+
+def test_a_request_under_an_idempotency_key_holds_no_snapshot_while_it_runs(gateway: Gateway, svc: Services) -> None:
+    """An erasure's rewrite of the key store waits for every snapshot and transaction
+    older than the erase; the request's own idempotency record must not be one (it was a
+    transaction open around the command: every erase sent with the header waited out the
+    15 s and left the destroyed key's row versions in the file)."""
+    kim = caller(gateway, "kim")
+    ack = gateway.write(kim, "kim", wire.WriteMemory(content="Kim's locker code is 4411", purpose=PURPOSE))
+    assert ack.memory_id is not None
+    older: list[int] = []
+
+    def erase() -> wire.CommandAck:
+        with psycopg.connect(svc.pool.conninfo, autocommit=True) as probe:
+            older.append(wait_for_older_snapshots(probe, 10.0))
+        return gateway.erase(kim, "kim", wire.Erase(memory_ids=[str(ack.memory_id)]))
+
+    first = gateway.idempotent(kim, "erase-kim-1", "print-1", erase, wire.CommandAck)
+    assert older == [0]
+    end = log_end(svc)
+    assert gateway.idempotent(kim, "erase-kim-1", "print-1", erase, wire.CommandAck) == first
+    assert older == [0] and log_end(svc) == end  # the retry ran nothing
+    with pytest.raises(InvalidRequestError) as reused:
+        gateway.idempotent(kim, "erase-kim-1", "print-2", erase, wire.CommandAck)
+    assert reused.value.field == "Idempotency-Key"
+
+
+def test_a_concurrent_request_with_the_same_key_gets_the_first_result(gateway: Gateway) -> None:
+    lea = caller(gateway, "lea")
+    started, release = threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def write() -> wire.CommandAck:
+        runs.append(threading.current_thread().name)
+        started.set()
+        release.wait(10)
+        return gateway.write(lea, "lea", wire.WriteMemory(content="Lea rides a bike", purpose=PURPOSE))
+
+    results: dict[str, wire.CommandAck] = {}
+
+    def request(name: str) -> None:
+        results[name] = gateway.idempotent(lea, "write-lea-1", "print", write, wire.CommandAck)
+
+    first = threading.Thread(target=request, args=("first",), name="first")
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=request, args=("second",), name="second")
+    second.start()
+    time.sleep(0.2)  # the second is waiting for the first's lock, not running
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert runs == ["first"] and results["first"] == results["second"]
+
+
+def test_a_request_that_failed_under_a_key_runs_afresh_on_a_retry(gateway: Gateway) -> None:
+    max_ = caller(gateway, "max")
+
+    def failing() -> wire.CommandAck:
+        raise InvalidRequestError("content", "refused for the test")
+
+    with pytest.raises(InvalidRequestError):
+        gateway.idempotent(max_, "write-max-1", "print", failing, wire.CommandAck)
+    ack = gateway.idempotent(
+        max_,
+        "write-max-1",
+        "print",
+        lambda: gateway.write(max_, "max", wire.WriteMemory(content="Max plays chess", purpose=PURPOSE)),
+        wire.CommandAck,
+    )
+    assert ack.memory_id is not None
+
+
+def test_an_idempotency_record_of_the_memory_tool_keeps_no_text_of_the_files(gateway: Gateway, svc: Services) -> None:
+    """A record answers a retry; it is no copy of what an erasure must remove: the memory
+    tool's output and file names (its text) are not kept, and the body's fingerprint is
+    keyed (HMAC), so that it confirms no guess of the text."""
+    _, token = gateway.keys.create("agent-nia", ("read", "write", "erase"), ["nia"])
+    auth = {"Authorization": f"Bearer {token}"}
+    url = "/v1/subjects/nia/memory-tool"
+    text = "The ferret is named Wobbegongzilla"
+    create = {"command": "create", "path": "/memories/ferret.md", "file_text": text, "purpose": PURPOSE}
+    with TestClient(create_app(gateway)) as http:
+        first = http.post(url, json=create, headers=auth | {"Idempotency-Key": "nia-create-1"})
+        again = http.post(url, json=create, headers=auth | {"Idempotency-Key": "nia-create-1"})
+        assert first.status_code == again.status_code == 200, (first.text, again.text)
+        assert again.json()["events"] == first.json()["events"] and again.json()["path"] == "/memories/ferret.md"
+        assert again.json()["output"].startswith("A retry of an earlier create of /memories/ferret.md")
+        view = {"command": "view", "path": "/memories/ferret.md", "purpose": PURPOSE}
+        seen = http.post(url, json=view, headers=auth | {"Idempotency-Key": "nia-view-1"})
+        assert seen.status_code == 200 and "Wobbegongzilla" in seen.json()["output"]
+        delete = {"command": "delete", "path": "/memories/ferret.md", "purpose": PURPOSE}
+        gone = http.post(url, json=delete, headers=auth | {"Idempotency-Key": "nia-delete-1"})
+        assert gone.status_code == 200 and gone.json()["request_id"], gone.text
+        retried = http.post(url, json=delete, headers=auth | {"Idempotency-Key": "nia-delete-1"})
+        assert (
+            retried.json()["request_id"] == gone.json()["request_id"]
+            and retried.json()["events"] == gone.json()["events"]
+        )
+    with svc.pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT idem_key, fingerprint, response::text FROM idempotency_keys WHERE principal = 'agent-nia'"
+        ).fetchall()
+    assert sorted(r[0] for r in rows) == ["nia-create-1", "nia-delete-1"]  # a view is a read: no record
+    for _, print_, response in rows:
+        assert "Wobbegongzilla" not in response and "ferret" not in response, response
+        assert print_ not in {
+            hashlib.sha256(
+                f"POST\n{url}\n{json.dumps(body, sort_keys=True, separators=(',', ':'))}".encode()
+            ).hexdigest()
+            for body in (create, delete)
+        }

@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from contracts import EraseMemories, utc_now
+from ledger.crypto import Keyring, new_master_key, parse_master_key
 from ledger.errors import InvalidCommandError, NotAuthorisedError, UnknownMemoryError
 from tests.builders import memory_write
 from tests.imports import server_dependencies_imported
@@ -72,11 +73,14 @@ def test_a_key_grants_its_scopes_on_its_subjects_only() -> None:
     assert not nobody.may("read", "user-1")  # deny by default
 
 
-def test_the_fingerprint_covers_method_path_and_body() -> None:
-    a = fingerprint("POST", "/v1/x", {"b": 1, "a": [1, 2]})
-    assert a == fingerprint("post", "/v1/x", {"a": [1, 2], "b": 1})
-    assert a != fingerprint("POST", "/v1/y", {"b": 1, "a": [1, 2]})
-    assert a != fingerprint("POST", "/v1/x", {"b": 2, "a": [1, 2]})
+def test_the_fingerprint_covers_method_path_and_body_under_the_keyring_key() -> None:
+    keyring = Keyring(parse_master_key(new_master_key()))
+    a = fingerprint("POST", "/v1/x", {"b": 1, "a": [1, 2]}, keyring.fingerprint)
+    assert a == fingerprint("post", "/v1/x", {"a": [1, 2], "b": 1}, keyring.fingerprint)
+    assert a != fingerprint("POST", "/v1/y", {"b": 1, "a": [1, 2]}, keyring.fingerprint)
+    assert a != fingerprint("POST", "/v1/x", {"b": 2, "a": [1, 2]}, keyring.fingerprint)
+    other = Keyring(parse_master_key(new_master_key()))  # without the key, no guess of a body is confirmed
+    assert a != fingerprint("POST", "/v1/x", {"b": 1, "a": [1, 2]}, other.fingerprint)
 
 
 def test_ledger_errors_become_gateway_errors_with_their_field() -> None:

@@ -27,7 +27,7 @@ from workers.api.limits import BodyLimit
 from workers.api.paths import SegmentPaths
 from workers.api.problems import RESPONSES, from_error, problem
 from workers.gateway import Caller, Gateway, GatewayError, InvalidRequestError, fingerprint
-from workers.memtool.service import MemoryTool
+from workers.memtool.service import MemoryTool, retry_answer, retry_record
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +135,20 @@ def _v1(gateway: Gateway) -> APIRouter:
     router = APIRouter(prefix="/v1", responses=RESPONSES)
 
     def once(
-        caller: Caller, request: Request, key: str | None, body: BaseModel | None, model: type[M], run: Callable[[], M]
+        caller: Caller,
+        request: Request,
+        key: str | None,
+        body: BaseModel | None,
+        model: type[M],
+        run: Callable[[], M],
+        record: Callable[[M], M] | None = None,
+        replay: Callable[[M], M] | None = None,
     ) -> M:
-        """``run()`` under the request's idempotency key (fingerprint: method, path, body)."""
-        print_ = fingerprint(request.method, request.url.path, None if body is None else body.model_dump(mode="json"))
-        return gateway.idempotent(caller, key, print_, run, model)
+        """``run()`` under the request's idempotency key (fingerprint: method, path, body,
+        under the keyring's HMAC key)."""
+        dumped = None if body is None else body.model_dump(mode="json")
+        print_ = fingerprint(request.method, request.url.path, dumped, gateway.svc.keyring.fingerprint)
+        return gateway.idempotent(caller, key, print_, run, model, record, replay)
 
     @router.post("/subjects/{subject_id:segment}/memories", response_model=wire.CommandAck, tags=["memories"])
     def write(
@@ -286,7 +295,18 @@ def _v1(gateway: Gateway) -> APIRouter:
         str_replace, insert, delete, rename) on the subject's files under /memories, as
         the model sent it. A file is a memory of the subject; delete is an erasure (the
         erase scope) with a request id to trace; content_sha256 refuses a stale edit (409)."""
-        return once(caller, request, key, body, wire.MemoryToolResult, lambda: tool.execute(caller, subject_id, body))
+        if isinstance(body, wire.MemoryView):  # a read: run again on a retry; no record keeps its text
+            return tool.execute(caller, subject_id, body)
+        return once(
+            caller,
+            request,
+            key,
+            body,
+            wire.MemoryToolResult,
+            lambda: tool.execute(caller, subject_id, body),
+            record=retry_record,
+            replay=lambda stored: retry_answer(body, stored),
+        )
 
     @router.post("/subjects/{subject_id:segment}/recall", response_model=wire.RecallResult, tags=["recall"])
     def recall(subject_id: Subject, body: wire.Recall, caller: Who) -> wire.RecallResult:

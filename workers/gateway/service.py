@@ -539,17 +539,28 @@ class Gateway:
             waited = self._wait(req.positions, tuple(req.projections), req.timeout_s)
             return wire.WaitResult(applied=True, waited_ms=round(waited * 1000, 3))
 
-    def idempotent(self, caller: Caller, key: str | None, fingerprint: str, run: Callable[[], M], model: type[M]) -> M:
+    def idempotent(
+        self,
+        caller: Caller,
+        key: str | None,
+        fingerprint: str,
+        run: Callable[[], M],
+        model: type[M],
+        record: Callable[[M], M] | None = None,
+        replay: Callable[[M], M] | None = None,
+    ) -> M:
         """``run()``, or with an idempotency ``key`` the result of the first request of
-        this principal with that key (see ``workers.gateway.idempotency``).
+        this principal with that key (see ``workers.gateway.idempotency``; ``record`` and
+        ``replay`` as ``IdempotencyStore.once``).
 
         Raises:
             InvalidRequestError: a malformed key, or one used for another request.
+            UnavailableError: another request with the key is still running.
         """
         if key is None:
             return run()
         with self._stores_guard():  # run's own refusals are audited by run
-            return self._idempotency.once(caller.principal.id, key, fingerprint, run, model)
+            return self._idempotency.once(caller.principal.id, key, fingerprint, run, model, record, replay)
 
     def ready(self) -> wire.Ready:
         """Each store answers: PostgreSQL, the event log, Redis, the vector index (a

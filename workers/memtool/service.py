@@ -122,3 +122,26 @@ def _file_out(f: File) -> wire.MemoryFileOut:
 def _add(result: wire.MemoryToolResult, acked: wire.CommandAck) -> None:
     result.events.extend(acked.events)
     result.positions.extend(acked.positions)
+
+
+def retry_record(result: wire.MemoryToolResult) -> wire.MemoryToolResult:
+    """What an idempotency record keeps of a command's result: what it appended and
+    erased (events, positions, the erasure request), not its output, path or files, which
+    hold the files' text and names: an erasure of the files must leave nothing of them
+    in the gateway's tables."""
+    return result.model_copy(update={"output": "", "path": "", "files": []})
+
+
+def retry_answer(command: wire.MemoryCommand, record: wire.MemoryToolResult) -> wire.MemoryToolResult:
+    """The answer to a retry of ``command`` (same Idempotency-Key, same request) from the
+    first attempt's ``retry_record``: its events, positions and erasure request, the path
+    of the request, and an output that says nothing was done again (no files: their text
+    was not kept)."""
+    path = command.new_path if isinstance(command, wire.MemoryRename) else command.path
+    output = (
+        f"A retry of an earlier {record.command} of {path} with this Idempotency-Key: it was done then,"
+        " and nothing was done again."
+    )
+    if record.request_id is not None:
+        output += f" Erasure request {record.request_id}: trace it to see every store it reached."
+    return record.model_copy(update={"output": output, "path": path})
