@@ -412,6 +412,7 @@ class Ledger:
             for i, cmd in enumerate(cmds):
                 with in_batch(i):
                     admitted.append(admit_write(self.policy, self.screener, cmd, now))  # no I/O
+            state.lock_subjects_against_erasure(conn, [a.cmd.subject_id for a in admitted])
             state.lock_slots(conn, _slots(a.cmd for a in admitted))
             hints = _BatchHints.read(conn, [a.cmd for a in admitted], self._statement_hmac)
             keys = [
@@ -487,6 +488,7 @@ class Ledger:
 
         def decide(conn: psycopg.Connection) -> _Decision:
             admitted = [(old, admit_write(self.policy, self.screener, cmd, now)) for old, cmd in replacements]  # no I/O
+            state.lock_subjects_against_erasure(conn, [a.cmd.subject_id for _, a in admitted])
             state.lock_slots(conn, _slots(a.cmd for _, a in admitted))
             keys = [
                 admission.supersession_fingerprint(self._keyring.fingerprint, a.original, old, left)
@@ -619,6 +621,7 @@ class Ledger:
         corr = new_id()
 
         def decide(conn: psycopg.Connection) -> _Decision:
+            state.lock_subjects_against_erasure(conn, [subject_id])  # it may regenerate summaries
             seen = state.read_heads(conn, [memory_id]).get(memory_id)  # its slot, locked before its row
             if seen is not None and seen.key is not None and seen.kind != "summary" and seen.status != "erased":
                 state.lock_slots(conn, [(seen.subject_id, seen.purpose, seen.scope, seen.key)])
@@ -656,6 +659,7 @@ class Ledger:
         corr = new_id()
 
         def decide(conn: psycopg.Connection) -> _Decision:
+            state.lock_subjects_against_erasure(conn, [cmd.subject_id])  # it regenerates summaries
             admission.admit_revocation(conn, cmd)
             covered = state.heads_where(
                 conn,
@@ -735,6 +739,7 @@ class Ledger:
                 continue
 
             def decide(conn: psycopg.Connection, subject_id: str = subject_id) -> _Decision:
+                state.lock_subjects_against_erasure(conn, [subject_id])  # it regenerates summaries
                 return _Decision(self._expire(conn, subject_id, now) + self._end_grace(conn, subject_id, now))
 
             decision, positions = self._execute("sweep", decide)
@@ -769,6 +774,7 @@ class Ledger:
         given = cmd.replacement.strip() or "[redacted]"
 
         def decide(conn: psycopg.Connection) -> _Decision:
+            state.lock_subjects_against_erasure(conn, [subject_id])  # it regenerates summaries
             head = self._one_head(conn, cmd.memory_id, subject_id, "memory_id", allow_inactive=True)
             if head.status not in state.HOLDING_STATUSES:
                 raise InvalidCommandError("memory_id", f"memory {cmd.memory_id!r} is {head.status}: it holds no text")
@@ -849,6 +855,9 @@ class Ledger:
         request_id = "er-" + new_id()
 
         def decide(conn: psycopg.Connection) -> _Decision:
+            state.lock_subjects_against_erasure(
+                conn, [cmd.subject_id], exclusive=True
+            )  # no write lands unseen meanwhile
             targets = erasure.erasure_targets(conn, cmd)
             heads_by_id = state.lock_heads(conn, targets)
             named = set(cmd.memory_ids)

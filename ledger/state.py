@@ -270,6 +270,26 @@ def live_in_slot(
     )
 
 
+def lock_subjects_against_erasure(
+    conn: psycopg.Connection, subject_ids: Sequence[str], exclusive: bool = False
+) -> None:
+    """Take a transaction-scoped advisory lock on each subject, in sorted order and in one
+    statement: shared for a command that adds memories to it (a write, a supersession),
+    exclusive for an erasure. An erasure reads the subject's heads to decide what to
+    erase, and the projections remove every row of an erased subject; a write that
+    committed after that read but reached the log before the erasure would be erased
+    from every store and live in the ledger. With the lock, a write either commits
+    before the erasure reads (and is erased with the subject) or waits until it commits
+    (and its events follow the erasure's in the log). Writes of one subject do not wait
+    for each other. Taken before any other lock of the command (``lock_slots``,
+    ``lock_heads``), so that two commands never wait for each other in a cycle."""
+    if not subject_ids:
+        return
+    keys = sorted({json.dumps(["subject", s]) for s in subject_ids})
+    fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+    _sql(conn, f"SELECT count({fn}(hashtextextended(k, 2))) FROM unnest(%s::text[]) AS k", (keys,))
+
+
 def lock_slots(conn: psycopg.Connection, slots: Sequence[tuple[str, str, Scope, str]]) -> None:
     """Take a transaction-scoped advisory lock on each slot ``(subject_id, purpose,
     scope, key)`` (DESIGN.md: the unit of supersession), in sorted order and in one
