@@ -46,15 +46,16 @@ def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
     Raises:
         UnknownMemoryError: a listed memory id is not a memory of the subject (field
             ``memory_ids``).
-        InvalidCommandError: nothing is left to erase: field ``subject_id`` (whole
-            subject), ``source_ref`` (no memory of the subject names the source, or all
-            that do are erased) or ``memory_ids`` (all already erased).
+        InvalidCommandError: nothing is left to erase: field ``source_ref`` (no memory
+            of the subject names the source, or all that do are erased) or
+            ``memory_ids`` (all already erased). An erasure of a whole subject is never
+            refused so: it also purges the rows of the subject the heads do not know.
     """
     if cmd.whole_subject:
-        targets = [h.memory_id for h in state.heads_where(conn, cmd.subject_id, "status <> 'erased'", ())]
-        if not targets:
-            raise InvalidCommandError("subject_id", f"{cmd.subject_id!r} has no memories left to erase")
-        return targets
+        # none left is no refusal: the stores may still hold rows of the subject the heads do
+        # not know (a restored backup, a write whose commit was lost), and every projection
+        # removes every row of an erased subject whatever its id
+        return [h.memory_id for h in state.heads_where(conn, cmd.subject_id, "status <> 'erased'", ())]
     if cmd.source_ref is not None:
         ref = cmd.source_ref
         heads = state.heads_where(conn, cmd.subject_id, _SOURCE_MATCH, (ref, ref, ref))

@@ -216,15 +216,20 @@ class RecallCache:
         keys = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
         return [k for k in keys if self._r.exists(k)]
 
+    def all_entries(self, subject_id: str) -> list[str]:
+        """Every cached recall result key of the subject, listed in its entry set or not
+        (found by scanning its key prefix: an entry restored from a backup, say). The
+        pattern ends with the 32 hex digits of ``entry_key``, so that subject ``a`` does
+        not match the entries of subject ``a:b``."""
+        pattern = f"{self.prefix}recall:{_glob_escape(subject_id)}:" + "[0-9a-f]" * 32
+        return [k.decode() if isinstance(k, bytes) else str(k) for k in self._r.scan_iter(match=pattern, count=500)]
+
     def drop_unlisted(self, subject_id: str) -> int:
         """Delete every cached recall result of the subject that its entry set does not
-        list (found by scanning its key prefix: an entry restored from a backup, say),
-        after :meth:`apply_many` with ``everything`` deleted the listed ones. Returns how many
-        keys were deleted."""
-        pattern = f"{self.prefix}recall:{_glob_escape(subject_id)}:*"
+        list (:meth:`all_entries`), after :meth:`apply_many` with ``everything`` deleted the
+        listed ones. Returns how many keys were deleted."""
         listed = set(self.entries(subject_id))
-        found = (k.decode() if isinstance(k, bytes) else str(k) for k in self._r.scan_iter(match=pattern, count=500))
-        return sum(int(self._r.delete(k)) for k in found if k not in listed)
+        return sum(int(self._r.delete(k)) for k in self.all_entries(subject_id) if k not in listed)
 
     def purge_memories(self, memory_ids: set[str]) -> tuple[int, list[str]]:
         """Delete every cached recall result holding any of ``memory_ids`` (found by

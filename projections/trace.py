@@ -170,17 +170,31 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         subject, kind, ids, hmacs, by, reason, basis, requested_at, part, off = row
         receipts = _receipts(conn, request_id)
         probed = _probed_ids(conn, targets, subject, kind, list(ids), part, off)
+        # a whole subject: every row of it is probed too, whatever its id, but those of the
+        # memories the log recorded after the erasure (later writes, which it leaves)
+        later = _later_ids(conn, targets, subject, kind, part, off)
+        whole = later is not None
+        spared = later or []
+        of_subject = "(memory_id = ANY(%s) OR (%s AND subject_id = %s AND NOT memory_id = ANY(%s)))"
         found: dict[str, int | None] = {
-            "facts": _count(conn, f"SELECT count(*) FROM {targets.facts_table} WHERE memory_id = ANY(%s)", probed),
+            "facts": _count(
+                conn, f"SELECT count(*) FROM {targets.facts_table} WHERE {of_subject}", probed, whole, subject, spared
+            ),
             "history": _count(
                 conn,
-                f"SELECT count(*) FROM {targets.history_table} WHERE memory_id = ANY(%s) AND content_hmac IS NOT NULL",
+                f"SELECT count(*) FROM {targets.history_table} WHERE {of_subject} AND content_hmac IS NOT NULL",
                 probed,
+                whole,
+                subject,
+                spared,
             ),
             "summaries": _count(
                 conn,
-                f"SELECT count(*) FROM {targets.summaries_table} WHERE memory_id = ANY(%s) OR derived_from && %s",
+                f"SELECT count(*) FROM {targets.summaries_table} WHERE {of_subject} OR derived_from && %s",
                 probed,
+                whole,
+                subject,
+                spared,
                 probed,
             ),
             "log": _count(
@@ -227,8 +241,8 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         with_history=with_history,
         earlier_versions=earlier,
     )
-    found["vectors"], by_fingerprint["vectors"] = _probe_vectors(targets.index, subject, probed, set(hmacs))
-    found["cache"], by_fingerprint["cache"] = _probe_cache(targets, subject, set(probed), set(hmacs))
+    found["vectors"], by_fingerprint["vectors"] = _probe_vectors(targets.index, subject, probed, set(hmacs), later)
+    found["cache"], by_fingerprint["cache"] = _probe_cache(targets, subject, set(probed), set(hmacs), later)
     # the keys were destroyed in the transaction that recorded the request
     log_receipt = _Receipt("log", requested_at, part, off, len(ids), None)
     counted = targets.receipt_projections
@@ -270,6 +284,28 @@ def _probed_ids(
         (subject, partition, offset),
     ).fetchall()
     return sorted(set(ids) | {str(r[0]) for r in rows})
+
+
+def _later_ids(
+    conn: psycopg.Connection,
+    targets: TraceTargets,
+    subject: str,
+    kind: str,
+    partition: int | None,
+    offset: int | None,
+) -> list[str] | None:
+    """For an erasure of a whole subject that the log holds, the memories of the subject
+    the log recorded after it (history rows at or after its offset in the subject's
+    partition): every other row of the subject in any store is a copy the erasure should
+    have removed. ``None`` for another erasure, or one not yet in the log."""
+    if kind != "subject" or partition is None or offset is None:
+        return None
+    rows = conn.execute(
+        f"SELECT DISTINCT memory_id FROM {targets.history_table}"
+        " WHERE subject_id = %s AND log_partition = %s AND log_offset >= %s",
+        (subject, partition, offset),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
 
 
 def _earlier_versions(conn: psycopg.Connection, request_id: str) -> tuple[bool, list[EarlierVersion]]:
@@ -442,30 +478,44 @@ def _store_trace(
 
 
 def _probe_vectors(
-    index: VectorIndex | None, subject: str, ids: list[str], hmacs: set[str]
+    index: VectorIndex | None, subject: str, ids: list[str], hmacs: set[str], later: list[str] | None
 ) -> tuple[int | None, int | None]:
-    """(points of the erased ids, points of the subject whose payload fingerprint matches)."""
+    """(points of the erased ids, or for a whole subject (``later`` not ``None``) of the
+    subject but the memories written after the erasure; points of the subject whose
+    payload fingerprint matches)."""
     if index is None:
         return None, None
     try:
-        by_id = len(index.retrieve(ids))
-        points = index.retrieve(index.scroll_ids(subject)) if hmacs else {}
+        of_subject = index.scroll_ids(subject) if hmacs or later is not None else []
+        by_id_found = set(index.retrieve(ids))
+        if later is not None:
+            by_id_found |= set(of_subject) - (set(later) - set(ids))
+        by_id = len(by_id_found)
+        points = index.retrieve(of_subject) if hmacs else {}
         by_fp = sum(1 for p in points.values() if p.payload.get("content_hmac") in hmacs)
         return by_id, by_fp
     except Exception:  # the store is down: unknown, not absent
         return None, None
 
 
-def _probe_cache(targets: TraceTargets, subject: str, ids: set[str], hmacs: set[str]) -> tuple[int | None, int | None]:
-    """(cached items of the erased ids, cached items whose text has an erased fingerprint)."""
+def _probe_cache(
+    targets: TraceTargets, subject: str, ids: set[str], hmacs: set[str], later: list[str] | None
+) -> tuple[int | None, int | None]:
+    """(cached items of the erased ids, or for a whole subject (``later`` not ``None``)
+    every cached item of the subject but those of the memories written after the erasure,
+    in every entry under the subject's key prefix, listed or not; cached items whose text
+    has an erased fingerprint)."""
     cache = targets.cache
     if cache is None:
         return None, None
     try:
         by_id = by_fp = 0
-        for key in cache.entries(subject):
+        spared = set(later or ()) - ids
+        keys = cache.entries(subject) if later is None else cache.all_entries(subject)
+        for key in keys:
             for item in cache.get(key) or []:
-                by_id += item.get("memory_id") in ids
+                mid = item.get("memory_id")
+                by_id += mid in ids or (later is not None and mid not in spared)
                 if targets.fingerprint is not None and isinstance(item.get("content"), str):
                     by_fp += targets.fingerprint(item["content"]) in hmacs
         return by_id, (by_fp if targets.fingerprint is not None else None)

@@ -4,9 +4,10 @@ log held for the subject before the erasure: it says ``failed`` while any copy r
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from contracts import EraseMemories
+from contracts import EraseMemories, utc_now
 from projections.trace import trace
 from tests.builders import memory_write
 from tests.integration.conftest import one
@@ -46,3 +47,42 @@ def test_a_whole_subject_erasure_removes_rows_the_ledger_does_not_know_and_trace
     report = trace(svc.pool, r.request_id, svc.trace_targets())
     facts: Any = next(s for s in report.stores if s.store == "facts")
     assert report.verdict == "failed" and facts.probe_found == 1
+
+
+def test_trace_of_a_whole_subject_finds_rows_under_ids_the_log_never_held_and_spares_later_writes(
+    svc: Services,
+) -> None:
+    p = svc.principal()
+    kept = svc.ledger.write(p, memory_write("gus", "Gus likes rowing", key="hobby")).memory_id
+    svc.ledger.write(p, memory_write("gus:b", "Gus B likes chess", key="hobby"))  # a subject that extends the name
+    svc.catch_up()
+    svc.recall.recall(p, "gus:b", "support", "chess", utc_now())  # a cached result of the other subject
+    r = svc.ledger.erase(p, EraseMemories(subject_id="gus", whole_subject=True, reason="asked"))
+    assert r.request_id is not None
+    later = svc.ledger.write(p, memory_write("gus", "Gus now likes running", key="hobby")).memory_id
+    svc.catch_up()
+    svc.recall.recall(p, "gus", "support", "running", utc_now())  # a later recall caches the later write
+    report = trace(svc.pool, r.request_id, svc.trace_targets())
+    assert report.verdict == "complete", [(s.store, s.status, s.probe) for s in report.stores]
+
+    with svc.pool.connection() as conn:  # rows under an id no log record names (restored from elsewhere)
+        conn.execute(
+            f"INSERT INTO facts_v1 ({_COLUMNS}) SELECT 'restored-0000-gus', {_COLUMNS.split(', ', 1)[1]}"
+            " FROM facts_v1 WHERE memory_id = %s",
+            (later,),
+        )
+    assert svc.cache is not None
+    svc.cache.client.set(svc.cache.entry_key("gus", {"restored": True}), json.dumps([{"memory_id": kept}]))
+    report = trace(svc.pool, r.request_id, svc.trace_targets())
+    found = {s.store: s.probe_found for s in report.stores}
+    assert report.verdict == "failed" and found["facts"] == 1 and found["cache"] == 1, found
+
+    # the remedy: the subject erased again, though the ledger knows no memory of it left
+    again = svc.ledger.erase(p, EraseMemories(subject_id="gus", whole_subject=True, reason="restored copies"))
+    assert again.request_id is not None and again.affected == (later,)
+    svc.catch_up()
+    assert one(svc, "SELECT count(*) FROM facts_v1 WHERE subject_id = 'gus'") == 0
+    report = trace(svc.pool, again.request_id, svc.trace_targets())
+    assert report.verdict == "complete", [(s.store, s.status, s.probe) for s in report.stores]
+    empty = svc.ledger.erase(p, EraseMemories(subject_id="gus", whole_subject=True, reason="once more"))
+    assert empty.request_id is not None and empty.affected == ()
