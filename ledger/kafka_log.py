@@ -36,8 +36,9 @@ def close_quietly(client: Any, **kwargs: Any) -> None:
     stays open."""
     try:
         client.close(**kwargs)
-    except Exception:
-        log.warning("closing %s after a failure failed", type(client).__name__, exc_info=True)
+    except Exception as exc:  # one line: the failure that made it close is the caller's to report
+        log.warning("closing %s after a failure failed: %s: %s", type(client).__name__, type(exc).__name__, exc)
+        log.debug("closing %s failed", type(client).__name__, exc_info=True)
 
 
 def ensure_topics(

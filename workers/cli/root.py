@@ -21,7 +21,9 @@ import psycopg
 import typer
 import typer.exceptions
 from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from contracts import (
     ContractError,
@@ -36,11 +38,13 @@ from contracts import (
 )
 from ledger.errors import (
     AcknowledgementLostError,
+    EventLogError,
     InvalidCommandError,
     LedgerError,
     NotAuthorisedError,
     NotWrittenError,
     OutcomeUnknownError,
+    TopicMisconfiguredError,
 )
 from ledger.service import CommandResult
 from projections.errors import ProjectionError
@@ -80,6 +84,10 @@ def _global(
     # machine that is scheduling noise, not a fault of the command (shown with --verbose)
     if not verbose:
         logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
+        # the clients' own retries of an unreachable broker or server (a line each, for 30 s):
+        # the command ends with one line naming the failure (shown with --verbose)
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+        logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 
 
 def _result(r: CommandResult) -> dict[str, object]:
@@ -508,6 +516,19 @@ _USER_ERRORS = (
 )
 
 
+def _store_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is a store's failure rather than a refusal of the input: PostgreSQL
+    unreachable or its connection lost (``psycopg.OperationalError``, a pool timeout
+    included), Redis unreachable, the log unreachable (``EventLogError``, but a topic's
+    wrong settings, which are a refusal of the configuration): exit status 1. A command's
+    own transaction reports its outcome apart (``_OUTCOME_EXIT``: not written, written with
+    the acknowledgement lost, unknown), so such a failure came before it began or after it
+    was acknowledged (the embedded projections' catch-up, say)."""
+    if isinstance(exc, TopicMisconfiguredError):
+        return False
+    return isinstance(exc, psycopg.OperationalError | RedisConnectionError | RedisTimeoutError | EventLogError)
+
+
 def _describe(exc: BaseException) -> str:
     """One line for a user error, ``field: rule`` in the CLI's names
     (``workers.gateway.fields``); a file error names the file and what went wrong
@@ -545,6 +566,12 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
         return _OUTCOME_EXIT[type(exc)]
     except _USER_ERRORS as exc:
         if interrupts.received() is not None:  # a store call cut short by the interruption
+            return 1
+        if _store_failed(exc):
+            print(
+                f"error: {_describe(exc)} (a store failed, not the input; run it again once it answers)",
+                file=sys.stderr,
+            )
             return 1
         print(f"error: {_describe(exc)}", file=sys.stderr)
         return 2
