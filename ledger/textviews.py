@@ -10,10 +10,25 @@ personal data cannot hide behind an encoding:
   applies to object keys and values alike, and to such strings inside any text;
 - its normalised form (of the unescaped form, when there is one): each character
   replaced by its Unicode compatibility form (NFKC, Unicode Standard Annex #15: the
-  fullwidth ``U+FF47`` reads ``g``) and format characters removed (general category
-  ``Cf``: the zero-width space U+200B, the soft hyphen, the byte order mark, ...), which
-  are invisible but split a token for a pattern. The mapping is made character by
-  character, so that each character of the form knows the one it came from.
+  fullwidth ``U+FF47`` reads ``g``), the invisible characters removed and the blank ones
+  read as a space (``_changes``). The mapping is made character by character, so that
+  each character of the form knows the one it came from.
+
+The invisible characters are those a renderer draws as nothing but that split a token for
+a pattern: every Default_Ignorable_Code_Point (the property of DerivedCoreProperties.txt
+of the Unicode Character Database, Unicode 14.0.0, the version of ``unicodedata`` in
+Python 3.11, which has no such property: ``_IGNORABLE``), which holds the zero-width
+space U+200B and joiners, the soft hyphen, the bidirectional controls, the byte order
+mark, the variation selectors U+FE00..U+FE0F and U+E0100..U+E01EF, the combining
+grapheme joiner U+034F, the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, the
+Mongolian free variation selectors and vowel separator, the tags U+E0000..U+E007F and
+the code points reserved as ignorable; and every other format character (general
+category ``Cf``: the Arabic number signs, the interlinear annotation marks, ...). The
+blank characters are the space separators (general category ``Zs``), which NFKC reads
+as U+0020 but for the Ogham space mark U+1680, and the characters drawn as an empty
+cell that Unicode does not count as space (``_BLANKS``: the braille pattern blank
+U+2800, the musical null notehead U+1D159). The other White_Space characters (line and
+paragraph separators, NEL) are already whitespace to a pattern's ``\\s``.
 
 A form other than the text itself knows, for each of its characters, where in the text
 it came from (``View.origin``, worked out only when asked), so a secret found in it can
@@ -22,6 +37,7 @@ be replaced in the text. Pure functions of the standard library; no I/O.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import unicodedata
@@ -31,6 +47,42 @@ from dataclasses import dataclass, field
 _QUOTED = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 """A double-quoted string, backslash escapes included (what it holds is checked by
 decoding it as a JSON string)."""
+
+
+_IGNORABLE = (
+    (0x00AD, 0x00AD),  # SOFT HYPHEN
+    (0x034F, 0x034F),  # COMBINING GRAPHEME JOINER
+    (0x061C, 0x061C),  # ARABIC LETTER MARK
+    (0x115F, 0x1160),  # HANGUL CHOSEONG FILLER..HANGUL JUNGSEONG FILLER
+    (0x17B4, 0x17B5),  # KHMER VOWEL INHERENT AQ..KHMER VOWEL INHERENT AA
+    (0x180B, 0x180F),  # MONGOLIAN FREE VARIATION SELECTORS ONE..THREE, VOWEL SEPARATOR, FVS FOUR
+    (0x200B, 0x200F),  # ZERO WIDTH SPACE..RIGHT-TO-LEFT MARK
+    (0x202A, 0x202E),  # LEFT-TO-RIGHT EMBEDDING..RIGHT-TO-LEFT OVERRIDE
+    (0x2060, 0x206F),  # WORD JOINER..NOMINAL DIGIT SHAPES (U+2065 reserved)
+    (0x3164, 0x3164),  # HANGUL FILLER
+    (0xFE00, 0xFE0F),  # VARIATION SELECTOR-1..VARIATION SELECTOR-16
+    (0xFEFF, 0xFEFF),  # ZERO WIDTH NO-BREAK SPACE (byte order mark)
+    (0xFFA0, 0xFFA0),  # HALFWIDTH HANGUL FILLER
+    (0xFFF0, 0xFFF8),  # reserved
+    (0x1BCA0, 0x1BCA3),  # SHORTHAND FORMAT LETTER OVERLAP..SHORTHAND FORMAT UP STEP
+    (0x1D173, 0x1D17A),  # MUSICAL SYMBOL BEGIN BEAM..MUSICAL SYMBOL END PHRASE
+    (0xE0000, 0xE0FFF),  # LANGUAGE TAG, TAG SPACE..CANCEL TAG, VARIATION SELECTOR-17..-256, reserved
+)
+"""The ranges (first and last code point) of Default_Ignorable_Code_Point, from
+DerivedCoreProperties.txt of Unicode 14.0.0 (``grep '; Default_Ignorable_Code_Point'``),
+adjacent ranges merged."""
+_IGNORABLE_STARTS = tuple(first for first, _ in _IGNORABLE)
+
+_BLANKS = {0x1680: " ", 0x2800: " ", 0x1D159: " "}
+"""Blank characters that NFKC leaves as they are, read as a space: OGHAM SPACE MARK (a
+space separator), BRAILLE PATTERN BLANK and MUSICAL SYMBOL NULL NOTEHEAD (symbols drawn
+as an empty cell)."""
+
+
+def is_ignorable(ch: str) -> bool:
+    """Whether the character ``ch`` is a Default_Ignorable_Code_Point (``_IGNORABLE``)."""
+    at = bisect.bisect_right(_IGNORABLE_STARTS, ord(ch)) - 1
+    return at >= 0 and ord(ch) <= _IGNORABLE[at][1]
 
 
 @dataclass(frozen=True)
@@ -181,16 +233,21 @@ def normalised(base: View) -> View | None:
 
 
 def _changes(text: str) -> dict[int, str]:
-    """What normalisation does to the characters of ``text``, by code point: a format
-    character (category ``Cf``) becomes nothing, another its NFKC form where that
-    differs. ASCII is its own normal form."""
+    """What normalisation does to the characters of ``text``, by code point: an
+    invisible character (a Default_Ignorable_Code_Point, or a format character: category
+    ``Cf``) becomes nothing, a blank one (``_BLANKS``) a space, another its NFKC form
+    where that differs (no NFKC form holds an invisible character but those of U+3164
+    and U+FFA0, themselves invisible). ASCII is its own normal form."""
     out: dict[int, str] = {}
     if text.isascii():
         return out
     for ch in set(text):
         if ch.isascii():
             continue
-        form = "" if unicodedata.category(ch) == "Cf" else unicodedata.normalize("NFKC", ch)
+        if is_ignorable(ch) or unicodedata.category(ch) == "Cf":
+            form = ""
+        else:
+            form = _BLANKS.get(ord(ch)) or unicodedata.normalize("NFKC", ch)
         if form != ch:
             out[ord(ch)] = form
     return out

@@ -342,6 +342,38 @@ def test_a_secret_behind_an_invisible_or_fullwidth_character_is_refused_and_an_i
     assert one(svc, "SELECT sensitivity FROM ledger_memories WHERE memory_id = %s", idn) == "personal"
 
 
+def test_default_ignorable_characters_hide_no_secret_or_personal_data_in_content_or_labels(svc: Services) -> None:
+    p = svc.principal()
+    ends = svc.log.end_offsets()
+    # a combining grapheme joiner, variation selectors, a Hangul filler: invisible, not format characters
+    for hidden in (
+        f"my key AKIA\u034f{AWS_KEY[4:]}",
+        f"my key AKIA\U000e0100{AWS_KEY[4:]}",
+        "ghp_wWPw5k4a\u3164XcaT4fNP0UcnZwJUVFk6LO0pINUx",
+    ):
+        with pytest.raises(SecretFoundError) as refused:
+            write(svc, hidden, "turn-1", purpose="hr")
+        assert refused.value.field == "content" and AWS_KEY[4:] not in str(refused.value)
+    with pytest.raises(InvalidCommandError) as no_consent:  # raised to personal: a consent is needed
+        write(svc, "mail sam.inv@exa\ufe0fmple.com", "turn-2", purpose="hr", sensitivity="public")
+    assert no_consent.value.field == "provenance.consent_ref" and "email address" in no_consent.value.rule
+    labels = [
+        ("purpose", {"purpose": "sam.inv@exa\ufe0fmple.com"}, "personal"),
+        ("provenance.agent", {"provenance": {"agent": f"AKIA\u034f{AWS_KEY[4:]}"}}, "secret"),
+    ]
+    for field, fields, category in labels:
+        with pytest.raises(LabelRefusedError) as info:
+            write(svc, "harmless note", "turn-3", **fields)
+        assert (info.value.field, info.value.category) == (field, category)
+    with pytest.raises(LabelRefusedError) as erasure:
+        reason = f"ticket AKIA\ufe0f{AWS_KEY[4:]}"
+        svc.ledger.erase(p, EraseMemories(subject_id="alice", whole_subject=True, reason=reason))
+    assert (erasure.value.field, erasure.value.category) == ("reason", "secret")
+    assert svc.log.end_offsets() == ends
+    assert one(svc, "SELECT count(*) FROM ledger_memories") == 0
+    assert one(svc, "SELECT count(*) FROM erasure_requests") == 0
+
+
 def test_json_escapes_hide_no_secret_or_personal_data_and_a_replaced_value_stays_readable(svc: Services) -> None:
     ends = svc.log.end_offsets()
     with pytest.raises(SecretFoundError) as refused:

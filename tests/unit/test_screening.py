@@ -71,6 +71,19 @@ EVASIONS = [  # a secret split by an invisible character, or spelt with a compat
     ("my aws key is AKIA\u00adIOSFODNN7EXAMPLE", "aws_access_key", "IOSFODNN7EXAMPLE"),
     ("CI uses \uff47hp_wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx", "github_token", "wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx"),
     ("Zoë's key: AKIAIOSFODNN7\u2060EXAMPLE, café", "aws_access_key", "IOSFODNN7"),
+    # default ignorable, though not format characters: a joiner, variation selectors, a filler
+    ("my key AKIA\u034fIOSFODNN7EXAMPLE", "aws_access_key", "IOSFODNN7EXAMPLE"),
+    ("my key ❤\ufe0f AKIA\ufe0fIOSFODNN7EXAMPLE", "aws_access_key", "IOSFODNN7EXAMPLE"),
+    ("my key AKIAIOSF\U000e0100ODNN7EXAMPLE", "aws_access_key", "ODNN7EXAMPLE"),
+    ("CI uses ghp_wWPw5k4aXcaT4fNP0U\u3164cnZwJUVFk6LO0pINUx", "github_token", "cnZwJUVFk6LO0pINUx"),
+    ("db password:\u2800hunter2isgreat until Friday", "secret_keyword", "hunter2isgreat"),  # a blank reads as a space
+]
+
+HIDDEN_PERSONAL = [  # personal data split by an invisible character
+    ("mail sam.inv@exa\ufe0fmple.com", "email_address"),
+    ("mail sam.inv\u034f@example.com", "email_address"),
+    ("pay to DE89\u115f3704\uffa00044 0532 0130 00", "iban"),
+    ("card 4111\U000e01ef 1111 1111 1111", "payment_card_number"),
 ]
 
 INTERNATIONAL_EMAIL = [
@@ -120,6 +133,13 @@ def test_a_secret_hidden_by_an_invisible_or_compatibility_character_is_found(tex
     assert info.value.kinds == (kind,) and value not in str(info.value)
     screened = REPLACING.screen_text(text, "internal", "content")  # replaced whole, the invisible character too
     assert value not in screened.content and f"[secret: {kind}]" in screened.content
+    assert [(f.kind, f.count) for f in screened.screening.findings] == [(kind, 1)]
+
+
+@pytest.mark.parametrize(("text", "kind"), HIDDEN_PERSONAL, ids=[k for _, k in HIDDEN_PERSONAL])
+def test_personal_data_hidden_by_an_invisible_character_raises_the_class(text: str, kind: str) -> None:
+    screened = SCREENER.screen_text(text, "public", "content")
+    assert screened.sensitivity == "personal" and screened.content == text
     assert [(f.kind, f.count) for f in screened.screening.findings] == [(kind, 1)]
 
 
@@ -343,6 +363,8 @@ REFERENCES = ["provenance.turn_id", "provenance.tool_call_id", "provenance.conse
         ("bot AKIAIOSFODNN7EXAMPLE", "aws_access_key"),
         ("ci-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", "github_token"),
         ("AKIAIOSF\u200bODNN7EXAMPLE", "aws_access_key"),
+        ("AKIA\u034fIOSFODNN7EXAMPLE", "aws_access_key"),
+        ("bot AKIA\ufe0fIOSFODNN7EXAMPLE", "aws_access_key"),
         ("langgraph:AKIAIOSFODNN7EXAMPLE/answer", "aws_access_key"),
     ],
 )
@@ -366,6 +388,7 @@ def test_a_secret_in_any_label_is_refused_naming_the_field_also_under_replace(
         ("card:4111111111111111", "payment_card_number"),
         ("DE89370400440532013000", "iban"),
         ("jürgen@bücher.de", "email_address"),
+        ("sam.inv@exa\ufe0fmple.com", "email_address"),
     ],
 )
 def test_personal_data_in_a_clear_label_or_the_key_is_refused_naming_the_field(
@@ -418,6 +441,13 @@ def test_content_findings_are_put_down_to_the_content_when_the_labels_are_clean(
             erasure_labels(EraseMemories(subject_id="a", whole_subject=True, reason="ticket from sam@example.com")),
             "reason",
             "personal",
+        ),
+        (
+            erasure_labels(
+                EraseMemories(subject_id="a", whole_subject=True, reason="ticket AKIA\ufe0fIOSFODNN7EXAMPLE")
+            ),
+            "reason",
+            "secret",
         ),
         (
             erasure_labels(

@@ -3,7 +3,11 @@ its characters back to the one of the text it came from."""
 
 from __future__ import annotations
 
-from ledger.textviews import encode_string, is_json, quoted_strings, views
+import unicodedata
+
+import pytest
+
+from ledger.textviews import encode_string, is_ignorable, is_json, quoted_strings, views
 
 
 def test_an_ascii_text_is_its_only_form() -> None:
@@ -21,6 +25,47 @@ def test_the_normalised_form_drops_format_characters_and_maps_spans_back() -> No
     assert text[slice(*normal.origin(normal.text.index("ghp"), normal.text.index("ghp") + 3))] == "\uff47hp"
     ligature = normal.text.index("fi")  # one character of the text, two of the form
     assert normal.origin(ligature, len(normal.text)) == (len(text) - 3, len(text))
+
+
+INVISIBLE = {  # Default_Ignorable_Code_Point characters that are not format characters (Cf)
+    "\u034f": "COMBINING GRAPHEME JOINER",
+    "\u115f": "HANGUL CHOSEONG FILLER",
+    "\u1160": "HANGUL JUNGSEONG FILLER",
+    "\u17b4": "KHMER VOWEL INHERENT AQ",
+    "\u180b": "MONGOLIAN FREE VARIATION SELECTOR ONE",
+    "\u180f": "MONGOLIAN FREE VARIATION SELECTOR FOUR",
+    "\u3164": "HANGUL FILLER",
+    "\ufe00": "VARIATION SELECTOR-1",
+    "\ufe0f": "VARIATION SELECTOR-16",
+    "\uffa0": "HALFWIDTH HANGUL FILLER",
+    "\U000e0100": "VARIATION SELECTOR-17",
+    "\U000e01ef": "VARIATION SELECTOR-256",
+}
+FORMAT = ["\u200b", "\u00ad", "\u180e", "\u2060", "\u2064", "\u202e", "\ufeff", "\U000e0041", "\u0600", "\ufff9"]
+
+
+@pytest.mark.parametrize("ch", [*INVISIBLE, *FORMAT], ids=lambda ch: f"U+{ord(ch):04X}")
+def test_every_default_ignorable_or_format_character_is_dropped_and_covered(ch: str) -> None:
+    assert ch not in INVISIBLE or unicodedata.name(ch) == INVISIBLE[ch]
+    text = f"key AKIA{ch}IOSFODNN7EXAMPLE and sam.inv@exa{ch}mple.com"
+    given, normal = views(text)
+    assert given.text == text and normal.text == "key AKIAIOSFODNN7EXAMPLE and sam.inv@example.com"
+    start = normal.text.index("AKIA")
+    assert text[slice(*normal.origin(start, start + 20))] == f"AKIA{ch}IOSFODNN7EXAMPLE"
+
+
+def test_default_ignorable_code_points_are_unicode_14s_ranges() -> None:
+    ignorable = [cp for cp in range(0x110000) if is_ignorable(chr(cp))]
+    assert len(ignorable) == 4174  # the code points of the property in DerivedCoreProperties.txt 14.0.0
+    assert ignorable[0] == 0xAD and ignorable[-1] == 0xE0FFF
+    assert not any(is_ignorable(ch) for ch in "\x00 A\u00ac\u00ae\u034e\u0350\u2010\u2070\ufe10\ufeef\U000e1000")
+
+
+def test_blank_characters_read_as_a_space_and_visible_ones_are_kept() -> None:
+    text = "iban\u2800DE89\u1680call\U0001d159me\u3000now, Zoë ❤\ufe0f, 한국어"
+    given, normal = views(text)
+    assert given.text == text and normal.text == "iban DE89 call me now, Zoë ❤, 한국어"
+    assert text[slice(*normal.origin(4, 5))] == "\u2800"
 
 
 def test_text_already_in_normal_form_has_no_second_form() -> None:
