@@ -24,7 +24,7 @@ from ledger.policy import load_policy
 from ledger.principals import GrantsFile, Principal, resolve_principal
 from ledger.screening import load_screening_policy
 from ledger.service import Ledger
-from ledger.tombstone_log import TombstoneLog
+from ledger.tombstone_log import Tombstone, TombstoneLog
 from projections import versions
 from projections.base import ContentAccess, Projection
 from projections.cache import CacheProjection, RecallCache
@@ -464,16 +464,43 @@ def topic_specs(settings: Settings) -> list[topics.TopicSpec]:
     ]
 
 
-def prepare_topics(settings: Settings, *, create: bool) -> None:
+def prepare_topics(settings: Settings, *, create: bool) -> list[str]:
     """Check the distributed mode's topics of ``settings`` (``ledger.topics.prepare``),
-    creating the missing ones when ``create``.
+    creating the missing ones when ``create``; returns the names created. A topic made so
+    is said out loud (a warning): a mistyped ``MEMLEDGER_*_TOPIC`` makes a new, empty one.
 
     Raises:
         TopicMisconfiguredError: a topic is missing (and not ``create``) or one of its
             settings differs (names the topic and the setting).
     """
     assert settings.kafka_bootstrap is not None
-    topics.prepare(settings.kafka_bootstrap, topic_specs(settings), settings.partitions, create=create)
+    specs = topic_specs(settings)
+    created = topics.create_missing(settings.kafka_bootstrap, specs, settings.partitions) if create else []
+    for name in created:
+        log.warning(
+            "topic %s was missing: created it (memledger topics create makes the topics before any process)", name
+        )
+    topics.prepare(settings.kafka_bootstrap, specs, settings.partitions, create=False)
+    return created
+
+
+def _republish_tombstones(pool: ConnectionPool, tombstone_log: TombstoneLog) -> int:
+    """Publish every tombstone of the ``tombstones`` table to a tombstone topic this
+    process just created (it was deleted, or never made): the ledger's table is where
+    tombstones are recorded first, so a new topic starts with all of them rather than
+    empty. Returns how many were published."""
+    with pool.connection() as conn:
+        if conn.execute("SELECT to_regclass('tombstones')").fetchone() == (None,):
+            return 0
+        rows = conn.execute(
+            "SELECT memory_id, subject_id, request_id, erased_at FROM tombstones ORDER BY erased_at, memory_id"
+        ).fetchall()
+    batch = 1000
+    for start in range(0, len(rows), batch):
+        tombstone_log.publish([Tombstone(*r) for r in rows[start : start + batch]])
+    if rows:
+        log.warning("published the %d tombstone(s) of the ledger's table to the new tombstone topic", len(rows))
+    return len(rows)
 
 
 def build(
@@ -510,7 +537,7 @@ def build(
         if settings.mode == "distributed":
             from ledger.kafka_log import KafkaDeadLetterQueue, KafkaEventLog
 
-            prepare_topics(settings, create=create_topics)
+            created = prepare_topics(settings, create=create_topics)
             assert settings.kafka_bootstrap is not None
             event_log = KafkaEventLog(
                 settings.kafka_bootstrap,
@@ -526,6 +553,8 @@ def build(
 
             tombstone_log = KafkaTombstoneLog(settings.kafka_bootstrap, topic=settings.tombstone_topic)
             closers.append(tombstone_log.close)
+            if settings.tombstone_topic in created:
+                _republish_tombstones(pool, tombstone_log)
             tombstone_set = TombstoneSet(tombstone_log)
         else:
             from ledger.postgres_log import PostgresDeadLetterQueue, PostgresEventLog

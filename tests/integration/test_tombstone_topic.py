@@ -5,6 +5,7 @@ Kafka, Postgres and Redis."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,32 @@ def test_recall_consults_the_topic_when_the_tombstones_table_lost_the_erasure(sv
         conn.execute("DELETE FROM tombstones")
     result = svc.recall.recall(p, "alice", "technical_writing", "pager code 8080", utc_now())
     assert gone not in [i.memory_id for i in result.items]  # the topic still names it
+
+
+def test_a_tombstone_topic_deleted_and_made_again_by_a_ledger_process_starts_with_every_tombstone(
+    tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: str, redis_client: Any, caplog: Any
+) -> None:
+    settings = distributed_settings(tmp_path, kafka_bootstrap, fresh_dsn, redis_url)
+    first = build(settings)
+    try:
+        p = first.principal()
+        gone = [first.ledger.write(p, memory_write("tia", f"Tia fact {i}", key=f"k{i}")).memory_id for i in range(3)]
+        first.ledger.erase(p, EraseMemories(subject_id="tia", memory_ids=tuple(m for m in gone if m), reason="asked"))
+    finally:
+        first.close()
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        admin.delete_topics([settings.tombstone_topic])
+        for _ in range(100):  # deletion is asynchronous on the broker
+            if settings.tombstone_topic not in admin.list_topics():
+                break
+            time.sleep(0.1)
+    finally:
+        admin.close()
+    caplog.set_level("WARNING", logger="workers.bootstrap")
+    again = build(settings)  # a ledger process: it makes the missing topic, and says so
+    again.close()
+    assert any(settings.tombstone_topic in r.getMessage() and "was missing" in r.getMessage() for r in caplog.records)
+    assert sorted(k for k, v in topic_records(kafka_bootstrap, settings.tombstone_topic) if v is not None) == sorted(
+        m for m in gone if m
+    )
