@@ -2,7 +2,8 @@
 superseded what, and each memory's content-free history. One read for every caller (the
 HTTP route, ``memledger memories``, the agent tools).
 
-Rows come from the stable facts views (the serving version); an erased memory has no
+Rows come from the stable facts views (the serving version), and the live summaries from
+the stable summaries view (the facts projection keeps no summary); an erased memory has no
 fact row any more, so it is listed from the ``tombstones`` table, with its id, the
 request that erased it and when, and nothing else. Text and the other fields the ledger
 seals as personal (``contracts.PersonalFields``: the key, the scope id, the provenance
@@ -112,6 +113,28 @@ _ERASED_COLUMNS = """
 """
 
 
+_SUMMARY_COLUMNS = """
+  memory_id, subject_id, 'active'::text AS status, revision, 'summary'::text AS kind, key, purpose, scope_type,
+  scope_id, sensitivity, confirmed, confidence, written_at, written_at AS updated_at, expires_at, provenance,
+  NULL::text AS superseded_by, content, NULL::text AS erased_by, NULL::timestamptz AS erased_at,
+  NULL::timestamptz AS first_written_at
+"""
+SUMMARIES = "summaries"
+"""The stable view of the serving summaries version: a live summary is a row of it (the
+facts projection keeps no summary; a regenerated one replaces its row)."""
+
+
+def _summaries_select(cur: Any, tables: FactsTables) -> str | None:
+    """``SELECT`` of the live summaries as fact rows (``_SUMMARY_COLUMNS``) for a listing of
+    the stable views (``None`` for a versioned facts table, or before the summaries
+    projection made its view)."""
+    if tables.version is not None:
+        return None
+    if cur.execute("SELECT to_regclass(%s) AS r", (SUMMARIES,)).fetchone()["r"] is None:
+        return None
+    return f"SELECT * FROM (SELECT {_SUMMARY_COLUMNS} FROM {SUMMARIES}) f"
+
+
 def _facts_select(tables: FactsTables) -> str:
     """The fact rows' columns (``_COLUMNS``) and ``first_written_at``, from ``tables.facts`` as ``f``."""
     first = (
@@ -166,17 +189,25 @@ def list_memories(
         where += " AND starts_with(key, %(key_prefix)s)"
     if unexpired_at is not None:
         where += " AND (expires_at IS NULL OR expires_at > %(now)s)"
-    sql = f"{_facts_select(tables)} WHERE {where}"
-    if include_all and purpose is None and key is None and key_prefix is None:
-        sql += (
-            f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
-            f" AND t.memory_id > %(after)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
-            " WHERE f.memory_id = t.memory_id)"
-        )
-    elif not include_all:
-        sql += " AND status = ANY(%(live)s)"
-    sql = f"SELECT * FROM ({sql}) m ORDER BY memory_id LIMIT %(limit)s"
+    if not include_all:
+        where += " AND status = ANY(%(live)s)"
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        sql = f"{_facts_select(tables)} WHERE {where}"
+        summaries = _summaries_select(cur, tables)
+        if summaries is not None:
+            sql += f" UNION ALL {summaries} WHERE {where}"
+        if include_all and purpose is None and key is None and key_prefix is None:
+            sql += (
+                f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
+                f" AND t.memory_id > %(after)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
+                " WHERE f.memory_id = t.memory_id)"
+                + (
+                    ""
+                    if summaries is None
+                    else f" AND NOT EXISTS (SELECT 1 FROM {SUMMARIES} s WHERE s.memory_id = t.memory_id)"
+                )
+            )
+        sql = f"SELECT * FROM ({sql}) m ORDER BY memory_id LIMIT %(limit)s"
         rows = cur.execute(sql, params).fetchall()
         more = len(rows) > limit
         rows = rows[:limit]
@@ -191,8 +222,12 @@ def get_memory(
     """One memory of ``subject_id`` (an erased one from its tombstone), or ``None`` when
     no memory of that subject has this id (another subject's memory is not revealed)."""
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        summaries = _summaries_select(cur, tables)
+        also = (
+            "" if summaries is None else f" UNION ALL {summaries} WHERE subject_id = %(subject)s AND memory_id = %(id)s"
+        )
         row = cur.execute(
-            f"{_facts_select(tables)} WHERE subject_id = %(subject)s AND memory_id = %(id)s"
+            f"{_facts_select(tables)} WHERE subject_id = %(subject)s AND memory_id = %(id)s{also}"
             f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
             f" AND t.memory_id = %(id)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
             " WHERE f.memory_id = t.memory_id)",

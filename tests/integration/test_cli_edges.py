@@ -333,3 +333,16 @@ def test_memories_lists_status_revision_key_and_supersession(run: Run) -> None:
     text = ok(run, "--principal", "dpo", "memories", "alice", "--all")
     assert "python_version" not in text and f"  {old} superseded rev 2 fact ({PURPOSE})" in text
     assert "may not read" in refused(run, "--principal", "stranger", "memories", "alice")
+
+
+def test_memories_lists_live_summaries_with_the_facts(run: Run) -> None:
+    fact = write(run, "emu", "Emu likes rowing")
+    summary = write(run, "emu", "Emu likes rowing (summary)", "--kind", "summary", "--derived-from", fact)
+    listed = {m["memory_id"]: m for m in ok(run, "memories", "emu", "--json")["memories"]}
+    assert set(listed) == {fact, summary}
+    assert listed[summary]["kind"] == "summary" and listed[summary]["status"] == "active"
+    assert listed[summary]["content"] == "Emu likes rowing (summary)"
+    ok(run, "erase", "emu", summary)
+    every = {m["memory_id"]: m for m in ok(run, "memories", "emu", "--all", "--json")["memories"]}
+    assert every[summary]["status"] == "erased" and every[summary]["content"] is None
+    assert [m["memory_id"] for m in ok(run, "memories", "emu", "--json")["memories"]] == [fact]

@@ -187,3 +187,16 @@ def test_an_idempotency_record_of_the_memory_tool_keeps_no_text_of_the_files(gat
             ).hexdigest()
             for body in (create, delete)
         }
+
+
+def test_one_memory_of_a_subject_may_be_a_summary(gateway: Gateway, svc: Services) -> None:
+    ora = caller(gateway, "ora")
+    fact = gateway.write(ora, "ora", wire.WriteMemory(content="Ora likes rowing", purpose=PURPOSE)).memory_id
+    assert fact is not None
+    summary = gateway.write(
+        ora, "ora", wire.WriteMemory(content="Ora rows", purpose=PURPOSE, kind="summary", derived_from=[fact])
+    ).memory_id
+    assert summary is not None
+    svc.catch_up()
+    found = gateway.memory(ora, "ora", summary).memory
+    assert found.kind == "summary" and found.status == "active" and found.content == "Ora rows"
