@@ -87,11 +87,11 @@ def wait_for_older_snapshots(conn: psycopg.Connection, timeout_s: float) -> int:
     """Wait, up to ``timeout_s`` seconds (polling every 50 ms), until no other session of
     this database holds a snapshot or a transaction id taken before this call: a
     ``backend_xmin`` or ``backend_xid`` (in ``pg_stat_activity``) older than a transaction
-    id taken by this call (``pg_current_xact_id``), compared by ``age`` (wraparound-safe), means the row versions
-    deleted before the call may still be visible to that session (an open transaction's
-    own id holds back the removal horizon, PostgreSQL's ``ComputeXidHorizons``) and no
-    vacuum may remove them. Returns how many sessions still hold
-    one (0: every row version deleted before the call is now removable). ``conn`` must be
+    id taken by this call (``pg_current_xact_id``), compared by ``age`` (wraparound-safe),
+    means the row versions deleted before the call may still be visible to that session
+    (an open transaction's own id holds back the removal horizon, PostgreSQL's
+    ``ComputeXidHorizons``) and no vacuum may remove them. Returns how many sessions still
+    hold one (0: every row version deleted before the call is now removable). ``conn`` must be
     in autocommit mode (a transaction of its own would be one such snapshot)."""
     # a transaction id of its own (autocommit: it ends with the statement): every id assigned
     # before the call is older. A snapshot's xmax is not that bound: it is one past the last

@@ -855,9 +855,8 @@ class Ledger:
         request_id = "er-" + new_id()
 
         def decide(conn: psycopg.Connection) -> _Decision:
-            state.lock_subjects_against_erasure(
-                conn, [cmd.subject_id], exclusive=True
-            )  # no write lands unseen meanwhile
+            # first: no write of the subject commits unseen between this read and the erasure
+            state.lock_subjects_against_erasure(conn, [cmd.subject_id], exclusive=True)
             targets = erasure.erasure_targets(conn, cmd)
             heads_by_id = state.lock_heads(conn, targets)
             named = set(cmd.memory_ids)

@@ -274,8 +274,9 @@ def lock_subjects_against_erasure(
     conn: psycopg.Connection, subject_ids: Sequence[str], exclusive: bool = False
 ) -> None:
     """Take a transaction-scoped advisory lock on each subject, in sorted order and in one
-    statement: shared for a command that adds memories to it (a write, a supersession),
-    exclusive for an erasure. An erasure reads the subject's heads to decide what to
+    statement: shared for a command that adds memories to it (a write, a supersession,
+    and those that regenerate summaries: a confirmation, a revocation, an expiry, a
+    redaction), exclusive for an erasure. An erasure reads the subject's heads to decide what to
     erase, and the projections remove every row of an erased subject; a write that
     committed after that read but reached the log before the erasure would be erased
     from every store and live in the ledger. With the lock, a write either commits

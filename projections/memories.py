@@ -135,6 +135,19 @@ def _summaries_select(cur: Any, tables: FactsTables) -> str | None:
     return f"SELECT * FROM (SELECT {_SUMMARY_COLUMNS} FROM {SUMMARIES}) f"
 
 
+def _erased_union(tables: FactsTables, with_summaries: bool, match: str) -> str:
+    """``UNION ALL`` of the erased memories of ``%(subject)s`` matching ``match`` (an SQL
+    condition on the tombstone ``t``), from the ``tombstones`` table, but those whose rows
+    the facts (or, ``with_summaries``, the summaries) projection has not removed yet."""
+    sql = (
+        f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s AND {match}"
+        f" AND NOT EXISTS (SELECT 1 FROM {tables.facts} f WHERE f.memory_id = t.memory_id)"
+    )
+    if with_summaries:
+        sql += f" AND NOT EXISTS (SELECT 1 FROM {SUMMARIES} s WHERE s.memory_id = t.memory_id)"
+    return sql
+
+
 def _facts_select(tables: FactsTables) -> str:
     """The fact rows' columns (``_COLUMNS``) and ``first_written_at``, from ``tables.facts`` as ``f``."""
     first = (
@@ -197,16 +210,7 @@ def list_memories(
         if summaries is not None:
             sql += f" UNION ALL {summaries} WHERE {where}"
         if include_all and purpose is None and key is None and key_prefix is None:
-            sql += (
-                f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
-                f" AND t.memory_id > %(after)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
-                " WHERE f.memory_id = t.memory_id)"
-                + (
-                    ""
-                    if summaries is None
-                    else f" AND NOT EXISTS (SELECT 1 FROM {SUMMARIES} s WHERE s.memory_id = t.memory_id)"
-                )
-            )
+            sql += _erased_union(tables, summaries is not None, "t.memory_id > %(after)s")
         sql = f"SELECT * FROM ({sql}) m ORDER BY memory_id LIMIT %(limit)s"
         rows = cur.execute(sql, params).fetchall()
         more = len(rows) > limit
@@ -228,9 +232,7 @@ def get_memory(
         )
         row = cur.execute(
             f"{_facts_select(tables)} WHERE subject_id = %(subject)s AND memory_id = %(id)s{also}"
-            f" UNION ALL SELECT {_ERASED_COLUMNS} FROM tombstones t WHERE t.subject_id = %(subject)s"
-            f" AND t.memory_id = %(id)s AND NOT EXISTS (SELECT 1 FROM {tables.facts} f"
-            " WHERE f.memory_id = t.memory_id)",
+            + _erased_union(tables, summaries is not None, "t.memory_id = %(id)s"),
             {"subject": subject_id, "id": memory_id},
         ).fetchone()
         if row is None:

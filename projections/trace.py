@@ -169,10 +169,9 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
             raise UnknownRequestError(request_id)
         subject, kind, ids, hmacs, by, reason, basis, requested_at, part, off = row
         receipts = _receipts(conn, request_id)
-        probed = _probed_ids(conn, targets, subject, kind, list(ids), part, off)
+        probed, later = _probed_ids(conn, targets, subject, kind, list(ids), part, off)
         # a whole subject: every row of it is probed too, whatever its id, but those of the
         # memories the log recorded after the erasure (later writes, which it leaves)
-        later = _later_ids(conn, targets, subject, kind, part, off)
         whole = later is not None
         spared = later or []
         of_subject = "(memory_id = ANY(%s) OR (%s AND subject_id = %s AND NOT memory_id = ANY(%s)))"
@@ -271,41 +270,23 @@ def _probed_ids(
     ids: list[str],
     partition: int | None,
     offset: int | None,
-) -> list[str]:
-    """The memory ids the probes look for: the request's, and for an erasure of a whole
-    subject also every memory of the subject that the log held before the erasure (its
-    history rows in the subject's partition before the erasure's offset), whether or not
-    the ledger's heads knew it. A memory written after the erasure is not among them."""
+) -> tuple[list[str], list[str] | None]:
+    """The memory ids the probes look for, and the later ones. The first: the request's,
+    and for an erasure of a whole subject also every memory of the subject that the log
+    held before the erasure (its history rows in the subject's partition before the
+    erasure's offset), whether or not the ledger's heads knew it. The second, for such an
+    erasure once the log holds it (else ``None``): the memories of the subject the log
+    recorded at or after its offset, which it leaves; every other row of the subject in
+    any store is a copy the erasure should have removed."""
     if kind != "subject" or partition is None or offset is None:
-        return ids
+        return ids, None
     rows = conn.execute(
-        f"SELECT DISTINCT memory_id FROM {targets.history_table}"
-        " WHERE subject_id = %s AND log_partition = %s AND log_offset < %s",
-        (subject, partition, offset),
+        f"SELECT memory_id, bool_or(log_offset < %s), bool_or(log_offset >= %s) FROM {targets.history_table}"
+        " WHERE subject_id = %s AND log_partition = %s GROUP BY memory_id",
+        (offset, offset, subject, partition),
     ).fetchall()
-    return sorted(set(ids) | {str(r[0]) for r in rows})
-
-
-def _later_ids(
-    conn: psycopg.Connection,
-    targets: TraceTargets,
-    subject: str,
-    kind: str,
-    partition: int | None,
-    offset: int | None,
-) -> list[str] | None:
-    """For an erasure of a whole subject that the log holds, the memories of the subject
-    the log recorded after it (history rows at or after its offset in the subject's
-    partition): every other row of the subject in any store is a copy the erasure should
-    have removed. ``None`` for another erasure, or one not yet in the log."""
-    if kind != "subject" or partition is None or offset is None:
-        return None
-    rows = conn.execute(
-        f"SELECT DISTINCT memory_id FROM {targets.history_table}"
-        " WHERE subject_id = %s AND log_partition = %s AND log_offset >= %s",
-        (subject, partition, offset),
-    ).fetchall()
-    return sorted(str(r[0]) for r in rows)
+    before = {str(m) for m, earlier, _ in rows if earlier}
+    return sorted(set(ids) | before), sorted(str(m) for m, _, after in rows if after)
 
 
 def _earlier_versions(conn: psycopg.Connection, request_id: str) -> tuple[bool, list[EarlierVersion]]:

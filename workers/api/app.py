@@ -26,7 +26,7 @@ from workers import wire
 from workers.api.limits import BodyLimit
 from workers.api.paths import SegmentPaths
 from workers.api.problems import RESPONSES, from_error, problem
-from workers.gateway import Caller, Gateway, GatewayError, InvalidRequestError, fingerprint
+from workers.gateway import Caller, Gateway, GatewayError, InvalidRequestError
 from workers.memtool.service import MemoryTool, retry_answer, retry_record
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def _v1(gateway: Gateway) -> APIRouter:
         """``run()`` under the request's idempotency key (fingerprint: method, path, body,
         under the keyring's HMAC key)."""
         dumped = None if body is None else body.model_dump(mode="json")
-        print_ = fingerprint(request.method, request.url.path, dumped, gateway.svc.keyring.fingerprint)
+        print_ = gateway.fingerprint(request.method, request.url.path, dumped)
         return gateway.idempotent(caller, key, print_, run, model, record, replay)
 
     @router.post("/subjects/{subject_id:segment}/memories", response_model=wire.CommandAck, tags=["memories"])

@@ -112,9 +112,7 @@ class IdempotencyStore:
             finally:
                 try:
                     with conn.transaction():
-                        conn.execute(
-                            "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (_lock_name(principal, key),)
-                        )
+                        conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (name,))
                 except psycopg.OperationalError:
                     pass  # the connection is gone, and the session's lock with it (the pool drops it)
 

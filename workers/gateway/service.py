@@ -63,7 +63,7 @@ from workers.gateway.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from workers.gateway.idempotency import IdempotencyStore
+from workers.gateway.idempotency import IdempotencyStore, fingerprint
 from workers.gateway.keys import ApiKey, KeyStore
 from workers.gateway.ratelimit import Rate, TokenBuckets
 
@@ -538,6 +538,11 @@ class Gateway:
         with self._guard(caller, None):
             waited = self._wait(req.positions, tuple(req.projections), req.timeout_s)
             return wire.WaitResult(applied=True, waited_ms=round(waited * 1000, 3))
+
+    def fingerprint(self, method: str, path: str, body: object) -> str:
+        """A request's fingerprint for its idempotency record (method, path and body under
+        the keyring's HMAC key, ``workers.gateway.idempotency.fingerprint``)."""
+        return fingerprint(method, path, body, self.svc.keyring.fingerprint)
 
     def idempotent(
         self,

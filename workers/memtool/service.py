@@ -69,7 +69,7 @@ class MemoryTool:
             acked = self._erase(caller, subject_id, plan.erase)
             result.erased = list(acked.affected)
             result.request_id = acked.request_id
-            result.output += f" Erasure request {acked.request_id}: trace it to see every store it reached."
+            result.output += _trace_hint(acked.request_id)
             _add(result, acked)
         return result
 
@@ -143,5 +143,9 @@ def retry_answer(command: wire.MemoryCommand, record: wire.MemoryToolResult) -> 
         " and nothing was done again."
     )
     if record.request_id is not None:
-        output += f" Erasure request {record.request_id}: trace it to see every store it reached."
+        output += _trace_hint(record.request_id)
     return record.model_copy(update={"output": output, "path": path})
+
+
+def _trace_hint(request_id: str | None) -> str:
+    return f" Erasure request {request_id}: trace it to see every store it reached."
