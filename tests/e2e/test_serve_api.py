@@ -19,8 +19,9 @@ import httpx
 import pytest
 
 from tests.e2e import serving
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import Cli, wait_until
 from workers import wire
+from workers.settings import Settings
 from workers.client import (
     AsyncLedgerClient,
     Conflict,
@@ -429,6 +430,27 @@ def test_the_cli_goes_through_serve_with_the_same_output(embedded: serving.Serve
     data_dir = Path(cli.env["MEMLEDGER_DATA_DIR"])
     assert (data_dir / "serve.json").stat().st_mode & 0o077 == 0  # the operator's credential: owner only
     assert json.loads((data_dir / "serve.json").read_text())["url"] == embedded.url
+
+
+def test_a_setting_of_the_cli_that_serve_would_not_use_is_refused(embedded: serving.Served, tmp_path: Path) -> None:
+    policy = tmp_path / "screening.toml"
+    policy.write_text("")
+    env = dict(embedded.cli.env)
+    other = Cli({**env, "MEMLEDGER_SCREENING_POLICY_FILE": str(policy), "MEMLEDGER_RECALL_RRF_K": "7"})
+    proc = other.run("write", "yan", "Yan prefers tea", "--purpose", PURPOSE, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: MEMLEDGER_RECALL_RRF_K, MEMLEDGER_SCREENING_POLICY_FILE: memledger serve")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "Yan" not in embedded.cli.run("memories", "yan").stdout  # nothing written
+    # serve's own values, and the settings of serve's process alone, go through
+    same = Cli(
+        {
+            **env,
+            "MEMLEDGER_RECALL_RRF_K": str(Settings.model_fields["recall_rrf_k"].default),
+            "MEMLEDGER_API_WRITE_BURST": "5",
+        }
+    )
+    assert "wrote memory" in same.run("write", "yan", "Yan prefers tea", "--purpose", PURPOSE).stdout
 
 
 def test_schemathesis_finds_no_5xx_and_no_response_outside_the_schema(embedded: serving.Served) -> None:

@@ -3,16 +3,18 @@ operator's credential, readable by the data directory's owner only (mode 0600).
 
 The embedded default allows one process per data directory (the local vector index has
 one owner), so while ``serve`` runs the CLI sends its commands there (``workers.serve.
-forward``). The file holds ``{"url", "pid", "token"}``; the token is an API key of the
+forward``). The file holds ``{"url", "pid", "token", "settings"}``; the token is an API key of the
 ``api_keys`` table marked ``operator``, made at start and revoked at a clean stop. A
 file left by a killed ``serve`` names a pid that no longer runs, and is ignored.
+``settings`` holds a digest of each setting a forwarded command runs with
+(``workers.serve.environment``), never a value.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.processes import alive as _alive
@@ -27,6 +29,8 @@ class ServeFile:
     url: str
     pid: int
     token: str
+    settings: dict[str, str] = field(default_factory=dict)
+    """setting name -> SHA-256 hex digest of ``serve``'s value (``workers.serve.environment``)"""
 
 
 def path_of(data_dir: Path) -> Path:
@@ -40,7 +44,7 @@ def write(data_dir: Path, info: ServeFile) -> Path:
     tmp = target.with_name(f".{NAME}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        json.dump({"url": info.url, "pid": info.pid, "token": info.token}, fh)
+        json.dump({"url": info.url, "pid": info.pid, "token": info.token, "settings": info.settings}, fh)
     os.replace(tmp, target)
     return target
 
@@ -50,7 +54,8 @@ def read(data_dir: Path) -> ServeFile | None:
     an unreadable one, or a pid that is gone)."""
     try:
         raw = json.loads(path_of(data_dir).read_text())
-        info = ServeFile(str(raw["url"]), int(raw["pid"]), str(raw["token"]))
+        settings = {str(k): str(v) for k, v in dict(raw.get("settings", {})).items()}
+        info = ServeFile(str(raw["url"]), int(raw["pid"]), str(raw["token"]), settings)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return info if _alive(info.pid) else None

@@ -7,7 +7,9 @@ command (the same code, on its open stores, one command at a time) and returns w
 printed and its exit status, which the CLI prints and exits with. So the output is what
 it would be without ``serve``, byte for byte (rich tables are drawn for a pipe, not a
 terminal). Path options (``--html``, ``--new-key-file``, ``ingest-locomo PATH``) are made
-absolute first.
+absolute first. The command runs with ``serve``'s settings: a ``MEMLEDGER_*`` variable of
+the CLI's environment set to another value is refused, naming it
+(``workers.serve.environment``).
 
 Commands that cannot go through it say so in one line and exit 2: ``serve`` and
 ``worker`` (``serve`` already runs the projections), ``rotate-master-key`` (``serve``
@@ -22,10 +24,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
 
 from workers.serve import files
+
+if TYPE_CHECKING:
+    from workers.settings import Settings
 
 ROUTE = "/v1/operator/cli"
 
@@ -144,13 +150,13 @@ def maybe_forward(argv: Sequence[str]) -> int | None:
     through it); ``None`` when the CLI should run the command itself."""
     if runs_locally(argv):
         return None
-    data_dir = _data_dir(argv)
-    if data_dir is None:
+    settings = _embedded_settings(argv)
+    if settings is None:
         return None
-    info = files.read(data_dir)
+    info = files.read(settings.data_dir)
     if info is None:
         return None
-    why = refusal(argv, info)
+    why = refusal(argv, info) or _settings_refusal(settings, info)
     if why is not None:
         print(f"error: {why}", file=sys.stderr)
         return 2
@@ -181,9 +187,24 @@ def maybe_forward(argv: Sequence[str]) -> int | None:
     return result.exit_code
 
 
-def _data_dir(argv: Sequence[str]) -> Path | None:
-    """The embedded data directory ``argv`` runs on (``None`` in the distributed mode,
-    or when the settings cannot be read: the CLI then reports it itself)."""
+def _settings_refusal(settings: Settings, info: files.ServeFile) -> str | None:
+    """Why the CLI's environment cannot go through ``serve`` (a ``MEMLEDGER_*`` variable
+    set to another value than ``serve``'s, which the command would silently not use), as
+    ``field: rule``; ``None`` if it agrees."""
+    from workers.serve import environment
+
+    names = environment.differing(settings, info.settings, os.environ)
+    if not names:
+        return None
+    return (
+        f"{', '.join(names)}: memledger serve (pid {info.pid}) runs this data directory's commands with its own"
+        " settings, and its value differs; unset it here to use serve's, or stop serve and start it with this value"
+    )
+
+
+def _embedded_settings(argv: Sequence[str]) -> Settings | None:
+    """The CLI's settings for ``argv`` in the embedded mode (``None`` in the distributed
+    mode, or when the settings cannot be read: the CLI then reports it itself)."""
     from workers.settings import Settings
 
     overrides: dict[str, object] = {}
@@ -196,4 +217,4 @@ def _data_dir(argv: Sequence[str]) -> Path | None:
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValueError:
         return None
-    return settings.data_dir if settings.mode == "embedded" else None
+    return settings if settings.mode == "embedded" else None

@@ -37,7 +37,7 @@ from workers.gateway import SCOPES, Gateway, InvalidRequestError
 from workers.heap import settle
 from workers.metrics.endpoint import serve_process_metrics
 from workers.metrics.http import instrument, metrics_router
-from workers.serve import files
+from workers.serve import environment, files
 from workers.serve.operator import CommandRunner, operator_router
 from workers.serve.projector import Projector
 from workers.settings import Settings
@@ -124,7 +124,7 @@ def run_serve(settings: Settings, host: str, port: int) -> None:
                 settings.principal, SCOPES, ["*"], label="local operator (memledger serve)", operator=True
             )
             operator_key = key.key_id
-            info = files.ServeFile(url, os.getpid(), token)
+            info = files.ServeFile(url, os.getpid(), token, environment.digests(settings))
             cliutil.share(svc)
             routers.append(operator_router(gateway, CommandRunner(gateway), info))
             projector = Projector(svc)
