@@ -32,6 +32,7 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -134,6 +135,35 @@ class _Row:
     key: str
     value: bytes
     request_id: str | None
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the outbox holds: ``records`` (event and tombstone rows) of ``subjects``
+    subjects not yet acknowledged by the log, the oldest committed at ``oldest_at``
+    (UTC; ``None`` when empty). A backlog that does not shrink is a log refusing a
+    record (the relay logs why): the subject's later records wait behind it."""
+
+    records: int
+    subjects: int
+    oldest_at: datetime | None
+
+    def to_dict(self, now: datetime) -> dict[str, object]:
+        """``{"records", "subjects", "oldest_at" (ISO 8601), "oldest_age_s"}`` at ``now``."""
+        age = None if self.oldest_at is None else max(0.0, (now - self.oldest_at).total_seconds())
+        at = None if self.oldest_at is None else self.oldest_at.isoformat()
+        return {"records": self.records, "subjects": self.subjects, "oldest_at": at, "oldest_age_s": age}
+
+
+def backlog(conn: psycopg.Connection) -> Backlog:
+    """The outbox's backlog now (empty when the ledger has no outbox table: the embedded
+    default's log is in PostgreSQL itself)."""
+    row = conn.execute("SELECT to_regclass('ledger_outbox') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return Backlog(0, 0, None)
+    found = conn.execute("SELECT count(*), count(DISTINCT subject_id), min(created_at) FROM ledger_outbox").fetchone()
+    assert found is not None
+    return Backlog(int(found[0]), int(found[1]), found[2])
 
 
 class OutboxRelay:

@@ -9,6 +9,10 @@
   would lose tombstones, the copy that survives a restored PostgreSQL);
 - the dead-letter topic (``memory.dlq``): must exist; its retention is the operator's.
 
+The events and tombstone topics also take records of ``MIN_MESSAGE_BYTES`` at least
+(``max.message.bytes``): a record the broker refuses for its size stays in the ledger's
+outbox, and every later record of its subject waits behind it.
+
 ``prepare`` creates what is missing (when allowed) and refuses a topic whose settings
 differ, naming the topic and the setting (``TopicMisconfiguredError``).
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import KafkaAdminClient
@@ -30,27 +34,46 @@ log = logging.getLogger(__name__)
 
 KEEP_FOR_EVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 
+MIN_MESSAGE_BYTES = 1_048_576
+"""The smallest ``max.message.bytes`` of the events and tombstone topics: the producer's
+own limit (kafka-python's ``max_request_size`` default, 1 MiB), so a record the producer
+sends is never refused by the topic for its size (Kafka's default is 1 048 588)."""
+
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic and the settings it must have: ``partitions`` (``None``: any count) and
-    ``configs`` (setting -> required value)."""
+    """A topic and the settings it must have: ``partitions`` (``None``: any count),
+    ``configs`` (setting -> required value) and ``minimums`` (setting -> smallest
+    integer value)."""
 
     name: str
     role: str
     partitions: int | None
     configs: dict[str, str]
+    minimums: dict[str, int] = field(default_factory=dict)
 
 
 def events_topic(name: str, partitions: int) -> TopicSpec:
     """The events topic: infinite retention, no compaction, ``partitions`` partitions."""
-    return TopicSpec(name, "events", partitions, {"cleanup.policy": "delete", **KEEP_FOR_EVER})
+    return TopicSpec(
+        name,
+        "events",
+        partitions,
+        {"cleanup.policy": "delete", **KEEP_FOR_EVER},
+        {"max.message.bytes": MIN_MESSAGE_BYTES},
+    )
 
 
 def tombstone_topic(name: str) -> TopicSpec:
     """The tombstone topic: compacted, infinite retention (any partition count: its
     readers read every partition)."""
-    return TopicSpec(name, "tombstones", None, {"cleanup.policy": "compact", **KEEP_FOR_EVER})
+    return TopicSpec(
+        name,
+        "tombstones",
+        None,
+        {"cleanup.policy": "compact", **KEEP_FOR_EVER},
+        {"max.message.bytes": MIN_MESSAGE_BYTES},
+    )
 
 
 def dlq_topic(name: str) -> TopicSpec:
@@ -81,6 +104,10 @@ def problems(spec: TopicSpec, found: TopicState) -> list[TopicMisconfiguredError
     for setting, required in spec.configs.items():
         if configs.get(setting) != required:
             out.append(TopicMisconfiguredError(spec.name, setting, required, configs.get(setting, "unset")))
+    for setting, least in spec.minimums.items():
+        value = configs.get(setting)
+        if value is not None and not (value.lstrip("-").isdigit() and int(value) >= least):
+            out.append(TopicMisconfiguredError(spec.name, setting, f"at least {least}", value))
     return out
 
 

@@ -33,7 +33,9 @@ from projections.trace import trace
 from tests.integration import command_faults as cf
 from tests.integration.distributed import distributed_settings
 from tests.integration.test_erasure_crash import settings_env
+from tests.integration.test_metrics_state import scrape
 from workers.bootstrap import Services, build
+from workers.gateway.positions import lag
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -212,6 +214,11 @@ def test_a_broker_that_refuses_the_records_gets_them_once_it_accepts_them(
         with svc.pool.connection() as conn:
             waiting = conn.execute("SELECT count(*) FROM ledger_outbox WHERE subject_id = %s", (subject,)).fetchone()
         assert waiting is not None and waiting[0] >= len(lost)
+        backlog = lag(svc)["outbox"]  # the operator sees what waits, and for how long
+        assert backlog["records"] >= len(lost) and backlog["subjects"] >= 1 and backlog["oldest_age_s"] >= 0
+        samples = scrape(svc)
+        assert samples[("memledger_outbox_records", ())] >= len(lost)
+        assert samples[("memledger_outbox_subjects", ())] >= 1
     finally:
         _topic_config(settings.kafka_bootstrap, topic, "1048588")  # the broker's default
     deadline = time.monotonic() + 30
@@ -224,6 +231,7 @@ def test_a_broker_that_refuses_the_records_gets_them_once_it_accepts_them(
             time.sleep(0.5)
     counts = cf.assert_agree(svc, subject)
     assert all(counts[e] == 1 for e in lost)
+    assert lag(svc)["outbox"]["records"] == 0 and scrape(svc)[("memledger_outbox_oldest_seconds", ())] == 0.0
     if command == "erase":
         assert raised.value.request_id is not None
         assert trace(svc.pool, raised.value.request_id, svc.trace_targets()).verdict == "complete"

@@ -38,6 +38,16 @@ def test_a_tombstone_topic_must_be_compacted_for_ever_and_exist() -> None:
     assert missing.setting == "exists" and "memledger topics create" in str(missing)
 
 
+def test_a_topic_that_refuses_records_the_producer_sends_is_refused() -> None:
+    for spec in (topics.events_topic("memory.events", 6), topics.tombstone_topic("memory.tombstones")):
+        configs = GOOD_EVENTS | {"cleanup.policy": spec.configs["cleanup.policy"]}
+        small = topics.TopicState(spec.name, True, "id", 6, configs | {"max.message.bytes": "65536"})
+        (problem,) = topics.problems(spec, small)
+        assert str(problem) == f"topic {spec.name}: max.message.bytes: must be at least 1048576, is 65536"
+        default = topics.TopicState(spec.name, True, "id", 6, configs | {"max.message.bytes": "1048588"})
+        assert topics.problems(spec, default) == []
+
+
 def test_a_reader_sees_a_recreated_topic_by_its_offsets() -> None:
     assert not recreated({}, {0: 5})
     assert not recreated({0: 5, 1: 2}, {0: 7, 1: 2})

@@ -83,19 +83,26 @@ def lag(as_json: JsonOpt = False) -> None:
     """Records each projection version (building, serving, previous) has not applied yet,
     per partition, and the partitions where it stopped at an erasure it cannot read; for
     vectors also the writes applied in log order whose vectors are still being computed
-    (queued)."""
+    (queued); and the records commands wrote that the log has not acknowledged yet (the
+    outbox, distributed mode)."""
     from workers.gateway.positions import lag as lag_of
 
     with services(own_vectors=False) as svc:
         report = lag_of(svc)
-    emit(as_json, report, lambda: _lag_text(report["projections"]))
+    emit(as_json, report, lambda: _lag_text(report["projections"], report["outbox"]))
 
 
-def _lag_text(rows: list[dict[str, Any]]) -> str:
+def _lag_text(rows: list[dict[str, Any]], waiting: dict[str, Any]) -> str:
     lines = [f"{'projection':<14} {'state':<9} {'lag':>8} {'queued':>8}"]
     for r in rows:
         lines.append(f"{r['projection']:<14} {r['state']:<9} {r['lag']:>8} {r['queued_for_embedding']:>8}")
         lines += [f"  {_stall_line(s)}" for s in r["stalled"]]
+    if waiting["records"]:
+        lines.append(
+            f"outbox: {waiting['records']} record(s) of {waiting['subjects']} subject(s) not in the log yet, the"
+            f" oldest for {waiting['oldest_age_s']:.0f} s (since {waiting['oldest_at']}); if it does not shrink, the"
+            " log refuses a record: the relay's log says why"
+        )
     return "\n".join(lines)
 
 

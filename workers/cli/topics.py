@@ -34,7 +34,11 @@ def _report(settings: Settings, created: list[str]) -> tuple[list[dict[str, Any]
                 "exists": state.exists,
                 "created": spec.name in created,
                 "partitions": state.partitions,
-                "required": {"partitions": spec.partitions, **spec.configs},
+                "required": {
+                    "partitions": spec.partitions,
+                    **spec.configs,
+                    **{k: f">= {v}" for k, v in spec.minimums.items()},
+                },
                 "problems": problems,
             }
         )

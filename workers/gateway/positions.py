@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from ledger import outbox
 from projections import base, embedding_queue, stalls, versions
 from projections.vectors import visible_positions
 from workers import wire
@@ -82,10 +84,13 @@ def lag(svc: Services) -> dict[str, Any]:
     computed (``queued_for_embedding``): ``{"end_offsets": {partition: end},
     "projections": [{"projection", "state", "lag", "per_partition",
     "queued_for_embedding", "stalled": [{"projection", "partition", "offset", "reason",
-    "since"}]}]}``."""
+    "since"}]}], "outbox": {"records", "subjects", "oldest_at", "oldest_age_s"}}``: the
+    outbox holds what commands recorded and the log has not acknowledged yet
+    (``ledger.outbox.backlog``)."""
     ends = svc.log.end_offsets()
     rows = []
     with svc.pool.connection() as conn:
+        waiting = outbox.backlog(conn).to_dict(datetime.now(UTC))
         stopped = stalls.stalled(conn)
         for info in versions.versions(conn):
             if info.state == "retired":
@@ -104,4 +109,4 @@ def lag(svc: Services) -> dict[str, Any]:
                     "stalled": mine,
                 }
             )
-    return {"end_offsets": ends, "projections": rows}
+    return {"end_offsets": ends, "projections": rows, "outbox": waiting}

@@ -119,6 +119,9 @@ LEDGER_STATE = (
     "memledger_erasures_complete_total",
     "memledger_erasures_pending",
     "memledger_erasure_propagation_seconds",
+    "memledger_outbox_records",
+    "memledger_outbox_subjects",
+    "memledger_outbox_oldest_seconds",
     "memledger_metrics_source_up",
 )
 """The families ``workers.metrics.ledger_state`` reads at scrape time."""

@@ -30,6 +30,11 @@ Families (``workers.metrics.families.LEDGER_STATE``):
 - ``memledger_erasure_propagation_seconds``: a histogram, over the complete requests, of
   the time from the request to the last store's first receipt (the store as it was then:
   a version rebuilt later writes a later receipt, which does not count);
+- ``memledger_outbox_records``, ``memledger_outbox_subjects``,
+  ``memledger_outbox_oldest_seconds``: what commands recorded and the log has not
+  acknowledged yet (``ledger.outbox.backlog``; zeros in the embedded default), and how
+  long the oldest of it has waited: a backlog that grows or ages is a log refusing a
+  record, and the subject's later records wait behind it;
 - ``memledger_metrics_source_up{source}``: 1 when ``postgres`` (or ``log``) answered
   this scrape, 0 when it did not (its families are then left out).
 """
@@ -45,6 +50,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from psycopg_pool import ConnectionPool
 
+from ledger import outbox
 from ledger.eventlog import EventLog
 from projections import stalls
 from projections.trace import STORES
@@ -132,6 +138,7 @@ class LedgerStateCollector(Collector):
         if ends is not None:
             yield from self._positions(ends, state["versions"], state["positions"])
         yield _stall_family(state["stalls"])
+        yield from _outbox_families(state["outbox"], self._clock())
         yield from _erasure_families(state["erasures"])
 
     def _positions(
@@ -221,7 +228,13 @@ def _read_state(conn: Any) -> dict[str, Any]:
         figures = tuple(
             conn.execute(_erasures_sql(), {"stores": list(RECEIPT_STORES), "n": len(RECEIPT_STORES)}).fetchone()
         )
-    return {"versions": live, "positions": done, "erasures": figures, "stalls": stalls.stalled(conn)}
+    return {
+        "versions": live,
+        "positions": done,
+        "erasures": figures,
+        "stalls": stalls.stalled(conn),
+        "outbox": outbox.backlog(conn),
+    }
 
 
 def _stall_family(stopped: list[stalls.Stall]) -> Metric:
@@ -233,6 +246,23 @@ def _stall_family(stopped: list[stalls.Stall]) -> Metric:
     for stall in stopped:
         family.add_metric([stall.projection, str(stall.partition), stall.kind], float(stall.offset))
     return family
+
+
+def _outbox_families(waiting: outbox.Backlog, now_s: float) -> Iterator[Metric]:
+    age = 0.0 if waiting.oldest_at is None else max(0.0, now_s - waiting.oldest_at.timestamp())
+    yield GaugeMetricFamily(
+        "memledger_outbox_records",
+        "Records commands wrote that the log has not acknowledged yet (the outbox).",
+        value=float(waiting.records),
+    )
+    yield GaugeMetricFamily(
+        "memledger_outbox_subjects", "Subjects with records in the outbox.", value=float(waiting.subjects)
+    )
+    yield GaugeMetricFamily(
+        "memledger_outbox_oldest_seconds",
+        "Seconds the oldest record of the outbox has waited for the log (0: none).",
+        value=age,
+    )
 
 
 def _erasure_families(figures: tuple[Any, ...]) -> Iterator[Metric]:

@@ -466,9 +466,21 @@ class ProjectionLag(Response):
     stalled: list[StalledPartition] = Field(default_factory=list)
 
 
+class OutboxBacklog(Response):
+    """What commands recorded and the log has not acknowledged yet (distributed mode):
+    ``records`` of ``subjects`` subjects, the oldest committed at ``oldest_at`` (UTC),
+    ``oldest_age_s`` seconds ago; zeros and nulls when empty."""
+
+    records: int = 0
+    subjects: int = 0
+    oldest_at: datetime | None = None
+    oldest_age_s: float | None = None
+
+
 class LagOut(Response):
     end_offsets: dict[int, int]
     projections: list[ProjectionLag]
+    outbox: OutboxBacklog = Field(default_factory=OutboxBacklog)
 
 
 class EmbedderOut(Response):
