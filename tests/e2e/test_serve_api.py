@@ -21,7 +21,6 @@ import pytest
 from tests.e2e import serving
 from tests.e2e.conftest import Cli, wait_until
 from workers import wire
-from workers.settings import Settings
 from workers.client import (
     AsyncLedgerClient,
     Conflict,
@@ -32,6 +31,7 @@ from workers.client import (
     RetryPolicy,
     Unauthenticated,
 )
+from workers.settings import Settings
 
 pytestmark = [pytest.mark.e2e]
 
