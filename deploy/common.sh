@@ -5,17 +5,20 @@
 #
 #   MEMLEDGER_RUN_DIR   where service data, logs and pid files go
 #                       (default: <repo>/.run, git-ignored)
+#   DEPLOY_KAFKA_PORT, DEPLOY_KAFKA_CONTROLLER_PORT, DEPLOY_PG_PORT, DEPLOY_REDIS_PORT
+#                       other ports, for a second set of services beside the
+#                       first (another clone, its own MEMLEDGER_RUN_DIR)
 
 DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$DEPLOY_DIR/.." && pwd)"
 RUN_DIR="${MEMLEDGER_RUN_DIR:-$REPO_ROOT/.run}"
 
 # Ports (loopback only; deliberately not the defaults).
-KAFKA_PORT=19092
-KAFKA_CONTROLLER_PORT=19093
-PG_PORT=55432
+KAFKA_PORT="${DEPLOY_KAFKA_PORT:-19092}"
+KAFKA_CONTROLLER_PORT="${DEPLOY_KAFKA_CONTROLLER_PORT:-19093}"
+PG_PORT="${DEPLOY_PG_PORT:-55432}"
 PG_DB=memledger
-REDIS_PORT=16379
+REDIS_PORT="${DEPLOY_REDIS_PORT:-16379}"
 
 KAFKA_LIBS="$DEPLOY_DIR/.cache/kafka-libs"
 

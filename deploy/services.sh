@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deploy/services.sh up|down|status|env — the local services the tests use:
-# PostgreSQL 127.0.0.1:55432, Redis 127.0.0.1:16379, Kafka 3.9 127.0.0.1:19092.
+# PostgreSQL 127.0.0.1:55432, Redis 127.0.0.1:16379, Kafka 3.9 127.0.0.1:19092 (other ports:
+# DEPLOY_*_PORT, see deploy/common.sh).
 #   up      install what is missing (deploy/install.sh), then start all three
 #   down    stop all three (each one even if another fails)
 #   status  one line per service; non-zero if any is not running
