@@ -74,7 +74,7 @@ from projections.comparison import (
     tables_of,
 )
 from projections.embedding import Embedder
-from projections.errors import VerifyError
+from projections.errors import UnreadableErasureError, VerifyError
 from projections.facts import FactsProjection
 from projections.facts import schema_sql as facts_schema_sql
 from projections.reference.check import (
@@ -89,6 +89,7 @@ from projections.reference.check import (
     live_marks,
     live_tables,
 )
+from projections.runner import decode_records
 from projections.summaries import SummariesProjection
 from projections.summaries import schema_sql as summaries_schema_sql
 from projections.vector_index import VectorIndex, VectorPoint
@@ -236,9 +237,13 @@ def fold(
     (partitions absent from ``upto`` are not read), in log order per partition, in
     batches of ``batch`` records; ``observe`` (the reference fold) gets each batch too.
     Undecodable records and records whose key differs from the event's subject are
-    skipped, as the live runner dead-letters them.
+    skipped, as the live runner dead-letters them (the same decode step,
+    ``projections.runner.decode_records``).
 
     Raises:
+        UnreadableErasureError: a record is an ``ErasureRequested`` this reader cannot
+            read: the live runner stops at it, never skips it, so neither does the fold
+            (run verify with a reader that can read it).
         whatever the projection's store raises (no retries: a verify run simply fails).
     """
     total = sum(o + 1 for o in upto.values())
@@ -250,18 +255,14 @@ def fold(
             if not records:
                 break
             items: list[tuple[Event, LogPosition]] = []
-            for record in records:
-                if record.offset > last:
-                    break
-                try:
-                    event = decode_event(record.value)
-                except UnknownEventError:
+            for item in decode_records([r for r in records if r.offset <= last], {}):
+                if item.stall is not None:
+                    r = item.record
+                    raise UnreadableErasureError(projection.id, r.partition, r.offset, 1, item.stall)
+                if item.event is None:
                     skipped += 1
                     continue
-                if event.subject_id != record.key:
-                    skipped += 1
-                    continue
-                items.append((event, record.position))
+                items.append((item.event, item.record.position))
             projection.apply_batch(items)
             if observe is not None:
                 observe(items)

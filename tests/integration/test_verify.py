@@ -20,7 +20,8 @@ import pytest
 
 from contracts import EraseMemories, MemoryWritten, decode_event, encode_event, touched_memories
 from ledger.eventlog import read_all
-from projections import marks
+from projections import base, marks
+from projections.errors import UnreadableErasureError
 from projections.facts import FactsProjection
 from projections.verify import Difference, VerifyReport, render_value, verify_postgres, verify_vectors
 from tests.builders import memory_write
@@ -183,6 +184,20 @@ def test_a_projection_that_is_behind_is_folded_up_to_its_own_position(svc: Servi
     svc.catch_up()
     caught_up = check(svc, "facts")
     assert caught_up.ok and caught_up.pending == []
+
+
+def test_an_erasure_this_reader_cannot_read_stops_verify_rather_than_being_skipped(
+    svc: Services, history: History
+) -> None:
+    newer = b'{"type": "ErasureRequested", "schema_version": 99, "subject_id": "alice", "request_id": "er-x"}'
+    at = svc.log.append("alice", newer)
+    # a newer reader applied it (its upcaster knows v99): the live position is past it
+    with svc.pool.connection() as conn:
+        base.save_position(conn, "facts_v1", at)
+    with pytest.raises(UnreadableErasureError) as stopped:
+        check(svc, "facts")
+    assert (stopped.value.partition, stopped.value.offset) == (at.partition, at.offset)
+    assert "ErasureRequested v99" in str(stopped.value)
 
 
 def test_a_bug_in_the_shared_apply_code_is_found_by_the_reference_only(
