@@ -5,7 +5,7 @@ anything is sent), and the calls a batch makes, driven by a scripted server."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -173,16 +173,22 @@ def test_the_store_reads_without_refreshing_and_refuses_an_index_of_its_own() ->
 
 class Scripted:
     """A server that answers each call with the next scripted answer (or raises it), and
-    the session of a store."""
+    the session of a store; its clock reads ``now``, which moves on by ``takes`` with
+    every call answered (the time a request takes)."""
 
-    def __init__(self, *answers: Any) -> None:
+    def __init__(self, *answers: Any, takes: timedelta = timedelta(0)) -> None:
         self.answers = list(answers)
         self.calls: list[Call[Any]] = []
         self.positions: list[wire.LogPosition] = []
         self.receipts: list[ErasureReceipt] = []
+        self.now, self.takes = NOW, takes
+
+    def clock(self) -> datetime:
+        return self.now
 
     def send(self, call: Call[Any]) -> Any:
         self.calls.append(call)
+        self.now += self.takes
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -198,7 +204,7 @@ class Scripted:
         self.receipts.append(receipt)
 
     def run(self, ops: list[Any]) -> list[Any]:
-        return _drive(plan.batch(ops, plan.Config(), self, NOW), self.send)
+        return _drive(plan.batch(ops, plan.Config(), self, self.clock), self.send)
 
 
 def acked(*offsets: int) -> wire.BatchAck:
@@ -231,6 +237,31 @@ def test_a_batch_writes_runs_of_puts_per_subject_and_reads_after_its_own_writes(
     read = dict(server.calls[2].params)
     assert read["key"] == "langgraph:x" and read["purpose"] == "p" and read["unexpired"] == "true"
     assert [v for k, v in server.calls[2].params if k == "wait_for"] == ["0:1", "0:2", "0:3"]
+
+
+def test_a_puts_ttl_counts_from_when_its_write_is_sent_not_from_when_the_batch_was_planned() -> None:
+    """Each request takes five minutes: a put sent after a read, or in the second half of
+    a write the server found too large, still lives its whole TTL from its own send."""
+    large = InvalidRequest(413, wire.Problem(title="Too large", status=413, detail="x", field="body", rule="..."))
+    ops = [
+        PutOp(("a", "p"), "x", {"v": 1}, ttl=10),
+        GetOp(("a", "p"), "x"),
+        PutOp(("a", "p"), "y", {"v": 2}, ttl=10),
+        PutOp(("a", "p"), "z", {"v": 3}, ttl=10),
+        PutOp(("a", "p"), "forever", {"v": 4}),
+    ]
+    server = Scripted(acked(1), wire.MemoryPage(memories=[]), large, acked(2), acked(3, 4), takes=timedelta(minutes=5))
+    assert server.run(ops) == [None] * 5
+    sent = [m for c in server.calls if c.body is not None for m in c.body["memories"]]
+    assert [(m["key"], m.get("expires_at")) for m in sent] == [
+        ("langgraph:x", "2026-12-01T00:10:00Z"),  # sent at 00:00
+        ("langgraph:y", "2026-12-01T00:20:00Z"),  # sent at 00:10, after the read; too large, not written
+        ("langgraph:z", "2026-12-01T00:20:00Z"),
+        ("langgraph:forever", None),
+        ("langgraph:y", "2026-12-01T00:25:00Z"),  # the first half, sent at 00:15
+        ("langgraph:z", "2026-12-01T00:30:00Z"),  # the second half, sent at 00:20
+        ("langgraph:forever", None),  # no TTL: the class's maximum lifetime, no expires_at sent
+    ]
 
 
 def test_a_bad_operation_anywhere_refuses_the_batch_before_anything_is_sent() -> None:

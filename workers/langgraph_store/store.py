@@ -137,11 +137,11 @@ class LedgerStore(BaseStore):
                 outside the key's grants); the steps before it took effect.
             workers.client.TransportError: the server could not be reached.
         """
-        return _drive(plan.batch(list(ops), self._cfg, self._session, utc_now()), self._client.send)
+        return _drive(plan.batch(list(ops), self._cfg, self._session, utc_now), self._client.send)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """``batch`` with the asynchronous client (raises as ``batch``)."""
-        step = plan.batch(list(ops), self._cfg, self._session, utc_now())
+        step = plan.batch(list(ops), self._cfg, self._session, utc_now)
         return await _adrive(step, self._async_client().send)
 
     # -- erasure ----------------------------------------------------------------------
