@@ -24,7 +24,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, ListNamespacesOp, Match
 from tests.e2e import serving
 from tests.e2e.conftest import wait_until
 from workers.client import Forbidden, InvalidRequest, LedgerClient
-from workers.langgraph_store import InvalidValueError, LedgerStore, NamespaceError
+from workers.langgraph_store import BatchInterruptedError, InvalidValueError, LedgerStore, NamespaceError
 
 pytestmark = [pytest.mark.e2e]
 
@@ -211,8 +211,9 @@ def test_two_subjects_with_two_keys_are_refused_across(pair: tuple[Agent, Agent]
             with pytest.raises(Forbidden) as refused:
                 await api(name, *args, **kwargs)
             assert refused.value.field == "subject_id" and "4321" not in str(refused.value.problem), name
-        with pytest.raises(Forbidden):
+        with pytest.raises(BatchInterruptedError) as stopped:  # the put before the refused read stands
             await api("batch", [PutOp((a.subject, "across"), "mine", {"x": 1}), GetOp(theirs, "secret")])
+        assert isinstance(stopped.value.error, Forbidden) and (stopped.value.written, stopped.value.at) == ((0,), 1)
 
     asyncio.run(run(Api(a.store, sync=True)))
 

@@ -20,9 +20,10 @@ from ledger.screening import LabelRefusedError, load_screening_policy
 from tests.builders import memory_write
 from tests.imports import server_dependencies_imported
 from workers import wire
-from workers.client import Conflict, Forbidden, InvalidRequest
+from workers.client import Conflict, Forbidden, InvalidRequest, LedgerClientError, TransportError
 from workers.client.calls import Call
 from workers.langgraph_store import (
+    BatchInterruptedError,
     ErasureReceipt,
     InvalidValueError,
     LedgerStore,
@@ -337,9 +338,51 @@ def test_a_run_of_puts_the_server_finds_too_large_is_written_in_halves() -> None
     sizes = [len(c.body["memories"]) for c in server.calls if c.body is not None]
     assert sizes == [4, 2, 1, 1, 2]  # each half all or none, in order
     assert [p.offset for p in server.positions] == [1, 2, 3, 4]
+    with pytest.raises(BatchInterruptedError) as half:  # the first half written, the second refused
+        Scripted(large, acked(1, 2), unprocessable("memories.0.content", "...")).run(ops)
+    assert (half.value.written, half.value.not_written, half.value.error.field) == ((0, 1), (2, 3), "ops[2].value")
     with pytest.raises(InvalidRequest) as single:
         Scripted(large).run([PutOp(("a", "p"), "x", {"v": 1})])
     assert single.value is large  # one put: nothing to halve
+
+
+def test_a_batch_stopped_part_way_names_what_was_written_and_what_was_not() -> None:
+    """150 puts are two writes of one subject; the second refused: the first 100 stand."""
+    ops = [PutOp(("a", "p"), f"k{i}", {"v": i}) for i in range(150)]
+    secret = unprocessable("memories.3.content", "holds a secret (AWS Access Key): ...")
+    with pytest.raises(BatchInterruptedError) as stopped:
+        Scripted(acked(*range(100)), secret).run(ops)
+    e = stopped.value
+    assert (e.written, e.not_written, e.in_doubt, e.at) == (tuple(range(100)), tuple(range(100, 150)), (), 100)
+    assert isinstance(e.error, InvalidRequest) and e.error.field == "ops[103].value" and e.__cause__ is e.error
+    assert e.items[0] == (("a", "p"), "k0") and e.items[149] == (("a", "p"), "k149")
+    assert str(e).startswith("the batch stopped at ops[100] (422: ops[103].value: holds a secret (AWS Access Key)")
+    assert "; written ops[0-99]: ('a', 'p') 'k0', ('a', 'p') 'k1', ('a', 'p') 'k2'," in str(e)
+    assert str(e).endswith(
+        "; not written ops[100-149]: ('a', 'p') 'k100', ('a', 'p') 'k101', ('a', 'p') 'k102',"
+        " ('a', 'p') 'k103', ('a', 'p') 'k104', and 45 more"
+    )
+    assert isinstance(e, LedgerClientError)  # caught where the client's errors are
+
+
+def test_a_write_whose_answer_was_lost_is_in_doubt_and_a_read_refused_after_writes_says_they_stand() -> None:
+    lost = TransportError("POST /v1/subjects/b/memories/batch: connection refused")
+    forbidden = Forbidden(403, wire.Problem(title="Forbidden", status=403, detail="x", field="subject_id", rule="..."))
+    erased = wire.CommandAck(request_id="er-1", events=[], positions=[wire.LogPosition(partition=0, offset=2)])
+    ops = [PutOp(("a", "p"), "x", {"v": 1}), PutOp(("b", "p"), "y", {"v": 2}), PutOp(("a", "p"), "x", None)]
+    with pytest.raises(BatchInterruptedError) as doubt:
+        Scripted(acked(1), lost).run(ops)
+    assert (doubt.value.written, doubt.value.in_doubt, doubt.value.not_written, doubt.value.at) == ((0,), (1,), (2,), 1)
+    assert str(doubt.value).endswith(
+        "; written ops[0]: ('a', 'p') 'x'; in doubt ops[1]: ('b', 'p') 'y'; not written ops[2]: ('a', 'p') 'x'"
+    )
+    assert doubt.value.error is lost
+    with pytest.raises(BatchInterruptedError) as read:
+        Scripted(erased, forbidden).run([PutOp(("a", "p"), "x", None), GetOp(("b", "p"), "y")])
+    assert (read.value.written, read.value.not_written, read.value.at) == ((0,), (), 1)
+    assert str(read.value) == "the batch stopped at ops[1] (403: x); written ops[0]: ('a', 'p') 'x'"
+    with pytest.raises(Forbidden):  # nothing written before the refusal: the refusal as it is
+        Scripted(wire.MemoryPage(memories=[]), forbidden).run([GetOp(("a", "p"), "x"), PutOp(("b", "p"), "y", {})])
 
 
 def listed(key: str, source_ref: str | None, content: str) -> wire.MemoryOut:

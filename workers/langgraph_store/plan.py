@@ -46,10 +46,10 @@ from langgraph.store.base import (
 )
 
 from workers import wire
-from workers.client import ApiError, InvalidRequest, NotFound, calls
+from workers.client import ApiError, InvalidRequest, LedgerClientError, NotFound, TransportError, calls
 from workers.client.calls import Call
 from workers.langgraph_store import filters, namespaces, values
-from workers.langgraph_store.errors import InvalidValueError, LedgerStoreError, NamespaceError
+from workers.langgraph_store.errors import BatchInterruptedError, InvalidValueError, LedgerStoreError, NamespaceError
 from workers.langgraph_store.namespaces import Address, Prefix
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,10 @@ def batch(ops: Sequence[Op], cfg: Config, session: Session, clock: Clock) -> Ste
     Raises:
         NamespaceError, InvalidValueError: a bad operation (before anything is sent).
         workers.client.ApiError: the server's refusal of a step (``Forbidden`` for a
-            subject outside the key's grants); the steps before it took effect.
+            subject outside the key's grants) before any write of the batch took effect
+            (the reads before it ran); ``workers.client.TransportError`` likewise.
+        BatchInterruptedError: either of those after a write of the batch took effect:
+            which puts and deletes were written, which were not, which are in doubt.
     """
     places = [f"ops[{i}]" if len(ops) > 1 else "" for i in range(len(ops))]
     prepared: list[_Step] = []
@@ -140,22 +143,64 @@ def batch(ops: Sequence[Op], cfg: Config, session: Session, clock: Clock) -> Ste
         except LedgerStoreError as exc:
             raise exc.at(place) from None
     results: list[Result] = [None] * len(prepared)
+    progress = _Progress(prepared)
     i = 0
-    while i < len(prepared):
-        step = prepared[i]
-        if isinstance(step, _Put):
-            run = [step]
-            while i + len(run) < len(prepared) and len(run) < wire.MAX_BATCH:
-                after = prepared[i + len(run)]
-                if not isinstance(after, _Put) or after.address.subject_id != step.address.subject_id:
-                    break
-                run.append(after)
-            yield from _write(run, session, places[i : i + len(run)], clock)
-            i += len(run)
-            continue
-        results[i] = yield from step.run(cfg, session)
-        i += 1
+    try:
+        while i < len(prepared):
+            step = prepared[i]
+            progress.at = i
+            if isinstance(step, _Put):
+                run = [step]
+                while i + len(run) < len(prepared) and len(run) < wire.MAX_BATCH:
+                    after = prepared[i + len(run)]
+                    if not isinstance(after, _Put) or after.address.subject_id != step.address.subject_id:
+                        break
+                    run.append(after)
+                yield from _write(run, session, places[i : i + len(run)], clock, range(i, i + len(run)), progress)
+                i += len(run)
+                continue
+            progress.sending((i,) if isinstance(step, _Delete) else ())
+            results[i] = yield from step.run(cfg, session)
+            progress.done()
+            i += 1
+    except LedgerClientError as exc:
+        interrupted = progress.interrupted(exc)
+        if interrupted is None:
+            raise
+        raise interrupted from exc
     return results
+
+
+class _Progress:
+    """What the writes of a batch have done so far: the indices of the puts and deletes
+    written, and of those of the request being sent (``sending``); ``at`` is the
+    operation being run."""
+
+    def __init__(self, prepared: Sequence[_Step]) -> None:
+        self.items = {i: (s.namespace, s.key) for i, s in enumerate(prepared) if isinstance(s, _Put | _Delete)}
+        self.written: list[int] = []
+        self.at = 0
+        self._sending: tuple[int, ...] = ()
+
+    def sending(self, indices: Sequence[int]) -> None:
+        self._sending = tuple(indices)
+        if self._sending:
+            self.at = self._sending[0]
+
+    def done(self) -> None:
+        """The request being sent took effect."""
+        self.written += self._sending
+        self._sending = ()
+
+    def interrupted(self, error: LedgerClientError) -> BatchInterruptedError | None:
+        """``error`` stopped the batch: the error naming what was written, or ``None``
+        when no write of the batch took effect (then ``error`` is the answer as it is)."""
+        if not self.written:
+            return None
+        in_doubt = self._sending if isinstance(error, TransportError) else ()
+        settled = {*self.written, *in_doubt}
+        not_written = [i for i in self.items if i not in settled]
+        return BatchInterruptedError(error, self.at, self.written, not_written, in_doubt, self.items)
 
 
 # -- the operations, checked ----------------------------------------------------------
@@ -369,9 +414,17 @@ def _prepare(op: Op, cfg: Config) -> _Step:
     raise InvalidValueError("op", f"unknown operation {type(op).__name__}")
 
 
-def _write(run: Sequence[_Put], session: Session, places: Sequence[str], clock: Clock) -> Step[None]:
+def _write(
+    run: Sequence[_Put],
+    session: Session,
+    places: Sequence[str],
+    clock: Clock,
+    at: Sequence[int],
+    progress: _Progress,
+) -> Step[None]:
     """One batch write of the puts of ``run`` (one subject), all or none; ``places``
-    are their places in the batch (``ops[3]``; empty for the only operation). ``clock``
+    are their places in the batch (``ops[3]``; empty for the only operation), ``at``
+    their indices, given to ``progress`` as they are sent and written. ``clock``
     is read as the request is made: the puts' TTLs count from then. A request
     the server finds too large (413: over its ``MEMLEDGER_API_MAX_BODY_BYTES``, which
     the store cannot know; 100 values of 32 KiB are more than the default 2 MiB) is
@@ -382,16 +435,18 @@ def _write(run: Sequence[_Put], session: Session, places: Sequence[str], clock: 
         workers.client.InvalidRequest: the server refused a put; the field is the put's
             (``put_field``), in its place (``ops[3].value``); a 413 of a single put.
     """
+    progress.sending(at)
     try:
         now = clock()
         ack: wire.BatchAck = yield calls.write_batch(run[0].address.subject_id, [p.memory_at(now) for p in run])
     except InvalidRequest as exc:
         if exc.status == TOO_LARGE and len(run) > 1:
             half = len(run) // 2
-            yield from _write(run[:half], session, places[:half], clock)
-            yield from _write(run[half:], session, places[half:], clock)
+            yield from _write(run[:half], session, places[:half], clock, at[:half], progress)
+            yield from _write(run[half:], session, places[half:], clock, at[half:], progress)
             return
         raise _in_place(exc, places) from None
+    progress.done()
     session.acknowledged([pos for r in ack.results for pos in r.positions])
 
 
