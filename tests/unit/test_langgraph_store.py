@@ -17,6 +17,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp,
 from contracts import utc_now
 from ledger.detectors import Screener
 from ledger.screening import LabelRefusedError, load_screening_policy
+from projections.ranking.config import RankingConfig
 from tests.builders import memory_write
 from tests.imports import server_dependencies_imported
 from workers import wire
@@ -383,6 +384,24 @@ def test_a_write_whose_answer_was_lost_is_in_doubt_and_a_read_refused_after_writ
     assert str(read.value) == "the batch stopped at ops[1] (403: x); written ops[0]: ('a', 'p') 'x'"
     with pytest.raises(Forbidden):  # nothing written before the refusal: the refusal as it is
         Scripted(wire.MemoryPage(memories=[]), forbidden).run([GetOp(("a", "p"), "x"), PutOp(("b", "p"), "y", {})])
+
+
+def test_a_search_with_a_query_past_recalls_best_candidates_is_refused_naming_offset_and_limit() -> None:
+    assert plan.RECALL_TOP == RankingConfig().depth == 50  # the server's: each ranker's best 50
+    for offset, limit, field in [(45, 10, "limit"), (0, 51, "limit"), (50, 1, "offset")]:
+        server = Scripted()
+        with pytest.raises(InvalidValueError) as refused:
+            server.run([SearchOp(("a", "p"), query="tea", offset=offset, limit=limit)])
+        assert refused.value.field == field and server.calls == []
+        assert refused.value.rule == (
+            f"with a query, offset + limit ({offset} + {limit}) must be at most 50:"
+            " recall ranks only its best 50 candidates of each ranker"
+        )
+    server = Scripted(wire.RecallResult(cached=False, degraded=[], items=[]))
+    assert server.run([SearchOp(("a", "p"), query="tea", offset=40, limit=10)]) == [[]]
+    assert server.calls[0].body is not None and server.calls[0].body["k"] == 100
+    listing = Scripted(wire.MemoryPage(memories=[]))  # a listing has no such bound
+    assert listing.run([SearchOp(("a", "p"), offset=500, limit=100)]) == [[]]
 
 
 def listed(key: str, source_ref: str | None, content: str) -> wire.MemoryOut:

@@ -18,7 +18,7 @@ have applied the store's own writes):
 - a get lists the item's key, live and unexpired; a search without a query lists the
   namespace prefix and filters, newest put first; with a query it recalls for the
   prefix's purpose (recall's rules and ranking), keeps the items under the prefix that
-  pass the filter, and reads each one's times;
+  pass the filter, and reads each one's times (``offset + limit`` at most ``RECALL_TOP``);
 - ``list_namespaces`` lists the live items under the subject of its prefix and
   returns their namespaces, matched, cut at ``max_depth``, sorted.
 """
@@ -76,6 +76,13 @@ MAX_K = 1000
 
 MAX_QUERY_CHARS = 4096
 """The longest query recall takes."""
+
+RECALL_TOP: Final = 50
+"""The most items a search with a query reaches: ``offset + limit`` at most this. Recall
+ranks only the best 50 candidates of each of its rankers
+(``projections.ranking.config.RankingConfig.depth``, not a setting), so past its 50th
+answer it is no longer a ranking of every match, and a window there would come back short
+without a word."""
 
 LIVE = ("active", "needs_confirmation")
 
@@ -401,6 +408,12 @@ def _prepare(op: Op, cfg: Config) -> _Step:
         filters.check(op.filter)
         if op.query and len(op.query) > MAX_QUERY_CHARS:
             raise InvalidValueError("query", f"must be at most {MAX_QUERY_CHARS} characters")
+        if op.query and op.offset + op.limit > RECALL_TOP:
+            raise InvalidValueError(
+                "offset" if op.offset >= RECALL_TOP else "limit",
+                f"with a query, offset + limit ({op.offset} + {op.limit}) must be at most {RECALL_TOP}:"
+                f" recall ranks only its best {RECALL_TOP} candidates of each ranker",
+            )
         return _Search(op, namespaces.prefix(op.namespace_prefix, need_purpose=bool(op.query)))
     if isinstance(op, ListNamespacesOp):
         _bound("limit", op.limit)
