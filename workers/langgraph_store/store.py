@@ -76,6 +76,7 @@ class LedgerStore(BaseStore):
         InvalidValueError: ``sensitivity`` not a class, or one outside
             ``WRITABLE_CLASSES``; ``max_value_bytes`` or ``wait_timeout_s`` out of range;
             an ``agent`` label the ledger refuses (``_check_agent``).
+        workers.client.InvalidArgument: a ``token`` the client refuses (field ``token``).
     """
 
     supports_ttl = True
