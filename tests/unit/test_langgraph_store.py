@@ -136,6 +136,16 @@ def test_filters_match_as_langgraph_documents_them() -> None:
     assert filters.matches(v, {"n": {"$gt": 2, "$lte": 3}, "s": {"$gte": "a"}, "meta": {"v": {"$ne": 1}}})
     assert not filters.matches(v, {"s": {"$gt": 1}})  # a string is not ordered against a number
     assert not filters.matches(v, {"flag": 1}) and filters.matches(v, {"flag": {"$eq": True}})
+
+
+def test_filters_compare_json_values_strictly_as_the_readme_says() -> None:
+    v = {"n": 1, "flag": True, "s": "1", "none": None}
+    assert filters.matches(v, {"n": 1.0}) and filters.matches(v, {"n": {"$eq": 1.0, "$gte": 1.0}})  # 1 == 1.0
+    assert not filters.matches(v, {"n": True}) and not filters.matches(v, {"flag": 1})  # 1 != true
+    assert filters.matches(v, {"flag": {"$ne": 1}}) and not filters.matches(v, {"flag": {"$gt": 0}})
+    assert not filters.matches(v, {"s": 1}) and not filters.matches(v, {"n": "1"})  # "1" != 1
+    assert filters.matches(v, {"none": None}) and filters.matches(v, {"missing": None})  # a missing field is null
+    assert filters.matches(v, {"missing": {"$ne": 1}}) and not filters.matches(v, {"missing": {"$lte": 1}})
     with pytest.raises(InvalidValueError, match=r"filter.n: unknown operator '\$in'"):
         filters.check({"n": {"$in": [1]}})
     with pytest.raises(InvalidValueError, match=r"filter.n.\$gt: compares a number or a string"):
