@@ -24,7 +24,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, ListNamespacesOp, Match
 from tests.e2e import serving
 from tests.e2e.conftest import wait_until
 from workers.client import Forbidden, InvalidRequest, LedgerClient
-from workers.langgraph_store import InvalidValueError, LedgerStore, NamespaceError
+from workers.langgraph_store import BatchInterruptedError, InvalidValueError, LedgerStore, NamespaceError
 
 pytestmark = [pytest.mark.e2e]
 
@@ -211,8 +211,9 @@ def test_two_subjects_with_two_keys_are_refused_across(pair: tuple[Agent, Agent]
             with pytest.raises(Forbidden) as refused:
                 await api(name, *args, **kwargs)
             assert refused.value.field == "subject_id" and "4321" not in str(refused.value.problem), name
-        with pytest.raises(Forbidden):
+        with pytest.raises(BatchInterruptedError) as stopped:  # the put before the refused read stands
             await api("batch", [PutOp((a.subject, "across"), "mine", {"x": 1}), GetOp(theirs, "secret")])
+        assert isinstance(stopped.value.error, Forbidden) and (stopped.value.written, stopped.value.at) == ((0,), 1)
 
     asyncio.run(run(Api(a.store, sync=True)))
 
@@ -247,6 +248,8 @@ def test_refusals_name_the_field_and_write_nothing(pair: tuple[Agent, Agent]) ->
     s, p = agent.subject, "bad"
     for run, error, field in [
         (lambda: agent.store.put((s,), "k", {"x": 1}), NamespaceError, "namespace"),
+        (lambda: agent.store.put((s, p), "", {"x": 1}), NamespaceError, "key"),  # an empty key
+        (lambda: agent.store.get((s, p), ""), NamespaceError, "key"),
         # a subject holding '/' reaches its route, where the grants decide (the key's is s alone)
         (lambda: agent.store.put((f"{s}/x", p), "k", {"x": 1}), Forbidden, "subject_id"),
         (lambda: agent.store.put((s, p), "k", {"x": "y" * 40_000}), InvalidValueError, "value"),
@@ -277,6 +280,24 @@ def test_refusals_name_the_field_and_write_nothing(pair: tuple[Agent, Agent]) ->
             run()
         assert refused.value.field == field  # type: ignore[attr-defined]
     assert agent.client.memories(s, include_all=True, purpose=p).memories == []
+
+
+def test_every_get_is_audited_as_an_export_by_the_keys_principal(
+    served: serving.Served, pair: tuple[Agent, Agent]
+) -> None:
+    agent = pair[0]
+    s, p = agent.subject, "audited"
+    agent.store.put((s, p), "k", {"x": 1})
+    with LedgerClient(served.url, served.key(f"auditor-{s}", [], ("admin",))) as admin:
+        before = admin.audit(limit=500, subject_id=s).entries
+        assert agent.store.get((s, p), "k") is not None and agent.store.get((s, p), "missing") is None
+        entries = admin.audit(limit=500, subject_id=s).entries
+    new = [(e.principal, e.route, e.outcome, e.reason) for e in entries[: len(entries) - len(before)]]
+    route = "GET /v1/subjects/{subject_id}/memories"
+    assert new == [
+        (f"agent-{s}", route, "ok", "export: 0 memories with content"),  # newest first
+        (f"agent-{s}", route, "ok", "export: 1 memory with content"),
+    ]
 
 
 def test_a_delete_erases_what_a_put_of_the_item_replaced(pair: tuple[Agent, Agent]) -> None:

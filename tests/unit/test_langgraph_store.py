@@ -5,7 +5,7 @@ anything is sent), and the calls a batch makes, driven by a scripted server."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -17,12 +17,14 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp,
 from contracts import utc_now
 from ledger.detectors import Screener
 from ledger.screening import LabelRefusedError, load_screening_policy
+from projections.ranking.config import RankingConfig
 from tests.builders import memory_write
 from tests.imports import server_dependencies_imported
 from workers import wire
-from workers.client import Conflict, Forbidden, InvalidRequest
+from workers.client import Conflict, Forbidden, InvalidRequest, LedgerClientError, TransportError
 from workers.client.calls import Call
 from workers.langgraph_store import (
+    BatchInterruptedError,
     ErasureReceipt,
     InvalidValueError,
     LedgerStore,
@@ -134,6 +136,16 @@ def test_filters_match_as_langgraph_documents_them() -> None:
     assert filters.matches(v, {"n": {"$gt": 2, "$lte": 3}, "s": {"$gte": "a"}, "meta": {"v": {"$ne": 1}}})
     assert not filters.matches(v, {"s": {"$gt": 1}})  # a string is not ordered against a number
     assert not filters.matches(v, {"flag": 1}) and filters.matches(v, {"flag": {"$eq": True}})
+
+
+def test_filters_compare_json_values_strictly_as_the_readme_says() -> None:
+    v = {"n": 1, "flag": True, "s": "1", "none": None}
+    assert filters.matches(v, {"n": 1.0}) and filters.matches(v, {"n": {"$eq": 1.0, "$gte": 1.0}})  # 1 == 1.0
+    assert not filters.matches(v, {"n": True}) and not filters.matches(v, {"flag": 1})  # 1 != true
+    assert filters.matches(v, {"flag": {"$ne": 1}}) and not filters.matches(v, {"flag": {"$gt": 0}})
+    assert not filters.matches(v, {"s": 1}) and not filters.matches(v, {"n": "1"})  # "1" != 1
+    assert filters.matches(v, {"none": None}) and filters.matches(v, {"missing": None})  # a missing field is null
+    assert filters.matches(v, {"missing": {"$ne": 1}}) and not filters.matches(v, {"missing": {"$lte": 1}})
     with pytest.raises(InvalidValueError, match=r"filter.n: unknown operator '\$in'"):
         filters.check({"n": {"$in": [1]}})
     with pytest.raises(InvalidValueError, match=r"filter.n.\$gt: compares a number or a string"):
@@ -173,16 +185,22 @@ def test_the_store_reads_without_refreshing_and_refuses_an_index_of_its_own() ->
 
 class Scripted:
     """A server that answers each call with the next scripted answer (or raises it), and
-    the session of a store."""
+    the session of a store; its clock reads ``now``, which moves on by ``takes`` with
+    every call answered (the time a request takes)."""
 
-    def __init__(self, *answers: Any) -> None:
+    def __init__(self, *answers: Any, takes: timedelta = timedelta(0)) -> None:
         self.answers = list(answers)
         self.calls: list[Call[Any]] = []
         self.positions: list[wire.LogPosition] = []
         self.receipts: list[ErasureReceipt] = []
+        self.now, self.takes = NOW, takes
+
+    def clock(self) -> datetime:
+        return self.now
 
     def send(self, call: Call[Any]) -> Any:
         self.calls.append(call)
+        self.now += self.takes
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -198,7 +216,7 @@ class Scripted:
         self.receipts.append(receipt)
 
     def run(self, ops: list[Any]) -> list[Any]:
-        return _drive(plan.batch(ops, plan.Config(), self, NOW), self.send)
+        return _drive(plan.batch(ops, plan.Config(), self, self.clock), self.send)
 
 
 def acked(*offsets: int) -> wire.BatchAck:
@@ -231,6 +249,31 @@ def test_a_batch_writes_runs_of_puts_per_subject_and_reads_after_its_own_writes(
     read = dict(server.calls[2].params)
     assert read["key"] == "langgraph:x" and read["purpose"] == "p" and read["unexpired"] == "true"
     assert [v for k, v in server.calls[2].params if k == "wait_for"] == ["0:1", "0:2", "0:3"]
+
+
+def test_a_puts_ttl_counts_from_when_its_write_is_sent_not_from_when_the_batch_was_planned() -> None:
+    """Each request takes five minutes: a put sent after a read, or in the second half of
+    a write the server found too large, still lives its whole TTL from its own send."""
+    large = InvalidRequest(413, wire.Problem(title="Too large", status=413, detail="x", field="body", rule="..."))
+    ops = [
+        PutOp(("a", "p"), "x", {"v": 1}, ttl=10),
+        GetOp(("a", "p"), "x"),
+        PutOp(("a", "p"), "y", {"v": 2}, ttl=10),
+        PutOp(("a", "p"), "z", {"v": 3}, ttl=10),
+        PutOp(("a", "p"), "forever", {"v": 4}),
+    ]
+    server = Scripted(acked(1), wire.MemoryPage(memories=[]), large, acked(2), acked(3, 4), takes=timedelta(minutes=5))
+    assert server.run(ops) == [None] * 5
+    sent = [m for c in server.calls if c.body is not None for m in c.body["memories"]]
+    assert [(m["key"], m.get("expires_at")) for m in sent] == [
+        ("langgraph:x", "2026-12-01T00:10:00Z"),  # sent at 00:00
+        ("langgraph:y", "2026-12-01T00:20:00Z"),  # sent at 00:10, after the read; too large, not written
+        ("langgraph:z", "2026-12-01T00:20:00Z"),
+        ("langgraph:forever", None),
+        ("langgraph:y", "2026-12-01T00:25:00Z"),  # the first half, sent at 00:15
+        ("langgraph:z", "2026-12-01T00:30:00Z"),  # the second half, sent at 00:20
+        ("langgraph:forever", None),  # no TTL: the class's maximum lifetime, no expires_at sent
+    ]
 
 
 def test_a_bad_operation_anywhere_refuses_the_batch_before_anything_is_sent() -> None:
@@ -306,9 +349,70 @@ def test_a_run_of_puts_the_server_finds_too_large_is_written_in_halves() -> None
     sizes = [len(c.body["memories"]) for c in server.calls if c.body is not None]
     assert sizes == [4, 2, 1, 1, 2]  # each half all or none, in order
     assert [p.offset for p in server.positions] == [1, 2, 3, 4]
+    with pytest.raises(BatchInterruptedError) as half:  # the first half written, the second refused
+        Scripted(large, acked(1, 2), unprocessable("memories.0.content", "...")).run(ops)
+    assert (half.value.written, half.value.not_written) == ((0, 1), (2, 3))
+    assert isinstance(half.value.error, InvalidRequest) and half.value.error.field == "ops[2].value"
     with pytest.raises(InvalidRequest) as single:
         Scripted(large).run([PutOp(("a", "p"), "x", {"v": 1})])
     assert single.value is large  # one put: nothing to halve
+
+
+def test_a_batch_stopped_part_way_names_what_was_written_and_what_was_not() -> None:
+    """150 puts are two writes of one subject; the second refused: the first 100 stand."""
+    ops = [PutOp(("a", "p"), f"k{i}", {"v": i}) for i in range(150)]
+    secret = unprocessable("memories.3.content", "holds a secret (AWS Access Key): ...")
+    with pytest.raises(BatchInterruptedError) as stopped:
+        Scripted(acked(*range(100)), secret).run(ops)
+    e = stopped.value
+    assert (e.written, e.not_written, e.in_doubt, e.at) == (tuple(range(100)), tuple(range(100, 150)), (), 100)
+    assert isinstance(e.error, InvalidRequest) and e.error.field == "ops[103].value" and e.__cause__ is e.error
+    assert e.items[0] == (("a", "p"), "k0") and e.items[149] == (("a", "p"), "k149")
+    assert str(e).startswith("the batch stopped at ops[100] (422: ops[103].value: holds a secret (AWS Access Key)")
+    assert "; written ops[0-99]: ('a', 'p') 'k0', ('a', 'p') 'k1', ('a', 'p') 'k2'," in str(e)
+    assert str(e).endswith(
+        "; not written ops[100-149]: ('a', 'p') 'k100', ('a', 'p') 'k101', ('a', 'p') 'k102',"
+        " ('a', 'p') 'k103', ('a', 'p') 'k104', and 45 more"
+    )
+    assert isinstance(e, LedgerClientError)  # caught where the client's errors are
+
+
+def test_a_write_whose_answer_was_lost_is_in_doubt_and_a_read_refused_after_writes_says_they_stand() -> None:
+    lost = TransportError("POST /v1/subjects/b/memories/batch: connection refused")
+    forbidden = Forbidden(403, wire.Problem(title="Forbidden", status=403, detail="x", field="subject_id", rule="..."))
+    erased = wire.CommandAck(request_id="er-1", events=[], positions=[wire.LogPosition(partition=0, offset=2)])
+    ops = [PutOp(("a", "p"), "x", {"v": 1}), PutOp(("b", "p"), "y", {"v": 2}), PutOp(("a", "p"), "x", None)]
+    with pytest.raises(BatchInterruptedError) as doubt:
+        Scripted(acked(1), lost).run(ops)
+    assert (doubt.value.written, doubt.value.in_doubt, doubt.value.not_written, doubt.value.at) == ((0,), (1,), (2,), 1)
+    assert str(doubt.value).endswith(
+        "; written ops[0]: ('a', 'p') 'x'; in doubt ops[1]: ('b', 'p') 'y'; not written ops[2]: ('a', 'p') 'x'"
+    )
+    assert doubt.value.error is lost
+    with pytest.raises(BatchInterruptedError) as read:
+        Scripted(erased, forbidden).run([PutOp(("a", "p"), "x", None), GetOp(("b", "p"), "y")])
+    assert (read.value.written, read.value.not_written, read.value.at) == ((0,), (), 1)
+    assert str(read.value) == "the batch stopped at ops[1] (403: x); written ops[0]: ('a', 'p') 'x'"
+    with pytest.raises(Forbidden):  # nothing written before the refusal: the refusal as it is
+        Scripted(wire.MemoryPage(memories=[]), forbidden).run([GetOp(("a", "p"), "x"), PutOp(("b", "p"), "y", {})])
+
+
+def test_a_search_with_a_query_past_recalls_best_candidates_is_refused_naming_offset_and_limit() -> None:
+    assert plan.RECALL_TOP == RankingConfig().depth == 50  # the server's: each ranker's best 50
+    for offset, limit, field in [(45, 10, "limit"), (0, 51, "limit"), (50, 1, "offset")]:
+        server = Scripted()
+        with pytest.raises(InvalidValueError) as refused:
+            server.run([SearchOp(("a", "p"), query="tea", offset=offset, limit=limit)])
+        assert refused.value.field == field and server.calls == []
+        assert refused.value.rule == (
+            f"with a query, offset + limit ({offset} + {limit}) must be at most 50:"
+            " recall ranks only its best 50 candidates of each ranker"
+        )
+    server = Scripted(wire.RecallResult(cached=False, degraded=[], items=[]))
+    assert server.run([SearchOp(("a", "p"), query="tea", offset=40, limit=10)]) == [[]]
+    assert server.calls[0].body is not None and server.calls[0].body["k"] == 100
+    listing = Scripted(wire.MemoryPage(memories=[]))  # a listing has no such bound
+    assert listing.run([SearchOp(("a", "p"), offset=500, limit=100)]) == [[]]
 
 
 def listed(key: str, source_ref: str | None, content: str) -> wire.MemoryOut:

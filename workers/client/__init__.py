@@ -7,6 +7,9 @@ needs httpx and pydantic only (``workers.wire`` for the bodies)::
     with LedgerClient("http://127.0.0.1:8765", token) as ledger:
         ack = ledger.write("alice", "Alice prefers short answers", "technical_writing", key="answer_length")
         items = ledger.recall("alice", "how long should answers be", "technical_writing", after=ack).items
+
+The token is checked when a client is built (``InvalidArgument``, field ``token``), and no
+error of the client holds it in its text.
 """
 
 from workers.client.asynchronous import AsyncLedgerClient
@@ -14,6 +17,7 @@ from workers.client.errors import (
     ApiError,
     Conflict,
     Forbidden,
+    InvalidArgument,
     InvalidRequest,
     LedgerClientError,
     NotFound,
@@ -30,6 +34,7 @@ __all__ = [
     "AsyncLedgerClient",
     "Conflict",
     "Forbidden",
+    "InvalidArgument",
     "InvalidRequest",
     "LedgerClient",
     "LedgerClientError",

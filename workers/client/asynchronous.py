@@ -18,14 +18,17 @@ from pydantic import BaseModel
 from workers import wire
 from workers.client import calls
 from workers.client.calls import Call, Positions
-from workers.client.errors import TransportError
-from workers.client.transport import RetryPolicy, decode, request_kwargs, retryable
+from workers.client.transport import RetryPolicy, checked_token, decode, request_kwargs, retryable, unreachable
 
 T = TypeVar("T")
 
 
 class AsyncLedgerClient:
-    """The asynchronous ``LedgerClient`` (``async with AsyncLedgerClient(url, token) as c``)."""
+    """The asynchronous ``LedgerClient`` (``async with AsyncLedgerClient(url, token) as c``).
+
+    Raises (at construction):
+        InvalidArgument: field ``token``, as ``LedgerClient``.
+    """
 
     def __init__(
         self,
@@ -36,7 +39,7 @@ class AsyncLedgerClient:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._token = token
+        self._token = checked_token(token)
         self._retry = retry or RetryPolicy()
         self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s, transport=transport)
 
@@ -60,12 +63,14 @@ class AsyncLedgerClient:
             if retryable(response) and response.status_code not in call.accept:
                 await asyncio.sleep(self._retry.delay_s(attempt, response.headers.get("Retry-After")))
                 continue
-            return decode(call, response)
+            return decode(call, response, self._token)
         try:  # the last attempt: its failure is the answer
             response = await self._http.request(call.method, call.path, **request_kwargs(self._token, call))
         except httpx.TransportError as exc:
-            raise TransportError(f"{call.method} {call.path}: {exc}") from exc
-        return decode(call, response)
+            failure = unreachable(call, exc, self._token)
+        else:
+            return decode(call, response, self._token)
+        raise failure  # outside the except: no context holding the request and its headers
 
     async def send(self, call: Call[T]) -> T:
         """Send a prepared ``call`` (``workers.client.calls``), with the same retries and

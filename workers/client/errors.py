@@ -1,5 +1,7 @@
 """The client's error tree: one class per kind of refusal, each carrying the server's
-problem document (``field`` and ``rule`` as the CLI prints them)."""
+problem document (``field`` and ``rule`` as the CLI prints them); ``InvalidArgument`` for
+what the client refuses itself, before anything is sent. No error's text holds the API
+key's token."""
 
 from __future__ import annotations
 
@@ -8,6 +10,16 @@ from workers.wire import Problem
 
 class LedgerClientError(Exception):
     """Base of every error raised by :mod:`workers.client`."""
+
+
+class InvalidArgument(LedgerClientError, ValueError):
+    """An argument the client refuses before sending anything (the API key's token):
+    ``field`` names it, ``rule`` what was wrong with it (never its value)."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
 
 
 class TransportError(LedgerClientError):

@@ -18,15 +18,21 @@ from pydantic import BaseModel
 from workers import wire
 from workers.client import calls
 from workers.client.calls import Call, Positions
-from workers.client.errors import TransportError
-from workers.client.transport import RetryPolicy, decode, request_kwargs, retryable
+from workers.client.transport import RetryPolicy, checked_token, decode, request_kwargs, retryable, unreachable
 
 T = TypeVar("T")
 
 
 class LedgerClient:
-    """A client of ``base_url`` (e.g. ``http://127.0.0.1:8765``) with API key ``token``.
-    ``timeout_s`` bounds each attempt; ``transport`` replaces httpx's (tests)."""
+    """A client of ``base_url`` (e.g. ``http://127.0.0.1:8765``) with API key ``token``
+    (the white space around it stripped). ``timeout_s`` bounds each attempt; ``transport``
+    replaces httpx's (tests). No error it raises holds the token in its text.
+
+    Raises (at construction):
+        InvalidArgument: field ``token``: not a string, empty, holding white space or a
+            control character inside, or a character outside ASCII
+            (``workers.client.transport.checked_token``).
+    """
 
     def __init__(
         self,
@@ -37,7 +43,7 @@ class LedgerClient:
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._token = token
+        self._token = checked_token(token)
         self._retry = retry or RetryPolicy()
         self._http = httpx.Client(base_url=base_url, timeout=timeout_s, transport=transport)
 
@@ -66,12 +72,14 @@ class LedgerClient:
             if retryable(response) and response.status_code not in call.accept:
                 time.sleep(self._retry.delay_s(attempt, response.headers.get("Retry-After")))
                 continue
-            return decode(call, response)
+            return decode(call, response, self._token)
         try:  # the last attempt: its failure is the answer
             response = self._http.request(call.method, call.path, **request_kwargs(self._token, call))
         except httpx.TransportError as exc:
-            raise TransportError(f"{call.method} {call.path}: {exc}") from exc
-        return decode(call, response)
+            failure = unreachable(call, exc, self._token)
+        else:
+            return decode(call, response, self._token)
+        raise failure  # outside the except: no context holding the request and its headers
 
     def send(self, call: Call[T]) -> T:
         """Send a prepared ``call`` (``workers.client.calls``), with the same retries and

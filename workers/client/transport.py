@@ -1,9 +1,11 @@
-"""What both clients share about sending a call: headers, when and how long to wait
-before a retry, and reading the answer."""
+"""What both clients share about sending a call: the token checked once, headers, when
+and how long to wait before a retry, and reading the answer or the failure, neither of
+whose texts holds the token."""
 
 from __future__ import annotations
 
 import random
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -11,7 +13,7 @@ import httpx
 
 from workers import wire
 from workers.client.calls import Call
-from workers.client.errors import error_for
+from workers.client.errors import ApiError, InvalidArgument, TransportError, error_for
 
 T = TypeVar("T")
 
@@ -38,6 +40,46 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_s, self.initial_s * 2**attempt))
 
 
+def checked_token(token: object) -> str:
+    """``token`` (an API key's token, ``memledger keys create``) without the white space
+    around it, as the ``Authorization: Bearer`` header carries it: an HTTP header value
+    holds printable ASCII (RFC 9110, 5.5; RFC 6750's ``b64token``), and a character
+    outside it would be refused or changed on the way, at the first request.
+
+    Raises:
+        InvalidArgument: field ``token``: not a string, empty once stripped, holding white
+            space or a control character inside, or a character outside ASCII (the rule
+            only, never the token).
+    """
+    if not isinstance(token, str):
+        raise InvalidArgument("token", f"must be a string, not {type(token).__name__}")
+    stripped = token.strip()
+    if not stripped:
+        raise InvalidArgument("token", "must not be empty: give the API key's token (memledger keys create)")
+    if any(c.isspace() or unicodedata.category(c) == "Cc" for c in stripped):
+        raise InvalidArgument("token", "must not hold white space or a control character inside")
+    if not stripped.isascii():
+        raise InvalidArgument("token", "must be ASCII, as an HTTP header carries it")
+    return stripped
+
+
+def redacted(text: str, token: str) -> str:
+    """``text`` with every spelling of ``token`` in it (as it is, escaped as ``repr``
+    writes a string or bytes) replaced by ``<token>``."""
+    for spelling in {token, repr(token)[1:-1], repr(token.encode("ascii"))[2:-1]}:
+        text = text.replace(spelling, "<token>")
+    return text
+
+
+def unreachable(call: Call[Any], exc: httpx.HTTPError, token: str) -> TransportError:
+    """The ``TransportError`` of ``call`` failing with ``exc``: the route and what httpx
+    said, without the token (an error of httpx may quote the request's headers). Raise
+    it outside the ``except`` that caught ``exc``, so that it carries no context that
+    holds the request."""
+    said = redacted(str(exc), token)
+    return TransportError(f"{call.method} {call.path}: {type(exc).__name__}{': ' + said if said else ''}")
+
+
 def headers(token: str, call: Call[Any]) -> dict[str, str]:
     out = {"Authorization": f"Bearer {token}", "Accept": "application/json, application/problem+json"}
     if call.idempotency_key is not None:
@@ -56,20 +98,27 @@ def retryable(response: httpx.Response) -> bool:
     return response.status_code in RETRIED
 
 
-def decode(call: Call[T], response: httpx.Response) -> T:
+def decode(call: Call[T], response: httpx.Response, token: str) -> T:
     """The answer of ``call``.
 
     Raises:
-        ApiError: a refusal (its subclass by status), with the problem document.
+        ApiError: a refusal (its subclass by status), with the problem document, without
+            ``token`` in it (a proxy's error page may quote the request's headers).
     """
     if response.status_code not in call.accept:
-        try:
-            problem = wire.Problem.model_validate(response.json())
-        except ValueError:
-            problem = wire.Problem(
-                title=response.reason_phrase, status=response.status_code, detail=response.text[:500]
-            )
-        raise error_for(response.status_code, problem)
+        raise refusal(response, token)
     if call.adapter is None:
         return response.text  # type: ignore[return-value]
     return call.adapter.validate_json(response.content)
+
+
+def refusal(response: httpx.Response, token: str) -> ApiError:
+    """The error of a refusal: the problem document of its body (or one made of its
+    text), every text in it without ``token``."""
+    try:
+        problem = wire.Problem.model_validate(response.json())
+    except ValueError:
+        problem = wire.Problem(title=response.reason_phrase, status=response.status_code, detail=response.text[:500])
+    texts = {name: getattr(problem, name) for name in ("type", "title", "detail", "instance", "field", "rule")}
+    clean = {name: redacted(text, token) for name, text in texts.items() if isinstance(text, str)}
+    return error_for(response.status_code, problem.model_copy(update=clean))

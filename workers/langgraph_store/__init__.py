@@ -12,14 +12,22 @@ key's grants, the purpose is the memory's, and the rest with the item's key is t
 memory's ``key`` (``namespaces``). A value is the memory's content as JSON (``values``);
 a put supersedes the item's live memory; a delete is an erasure with a receipt
 (``LedgerStore.erase``, ``LedgerStore.erasures``); a search with a query is a recall
-(``plan``). ``errors`` holds the store's own refusals.
+(``plan``). ``errors`` holds the store's own refusals, and the error of a batch the
+server stopped part-way (``BatchInterruptedError``).
 """
 
-from workers.langgraph_store.errors import InvalidValueError, LedgerStoreError, NamespaceError, UnsupportedError
+from workers.langgraph_store.errors import (
+    BatchInterruptedError,
+    InvalidValueError,
+    LedgerStoreError,
+    NamespaceError,
+    UnsupportedError,
+)
 from workers.langgraph_store.plan import ErasureReceipt
 from workers.langgraph_store.store import LedgerStore
 
 __all__ = [
+    "BatchInterruptedError",
     "ErasureReceipt",
     "InvalidValueError",
     "LedgerStore",

@@ -11,13 +11,14 @@ have applied the store's own writes):
 - a run of puts of one subject is one batch write (at most ``wire.MAX_BATCH`` memories
   in one transaction, halved while the server finds the request too large): each
   memory supersedes the live memory of its key (``supersede_key``), kind ``fact``,
-  veracity ``inferred`` (the agent's own note);
+  veracity ``inferred`` (the agent's own note); a put's TTL counts from when its request
+  is sent (the batch's clock is read then), not from when the batch was planned;
 - a delete is an erasure by the item's source (every revision), whose receipt
   (request id) goes to the session; nothing left to erase is no error;
 - a get lists the item's key, live and unexpired; a search without a query lists the
   namespace prefix and filters, newest put first; with a query it recalls for the
   prefix's purpose (recall's rules and ranking), keeps the items under the prefix that
-  pass the filter, and reads each one's times;
+  pass the filter, and reads each one's times (``offset + limit`` at most ``RECALL_TOP``);
 - ``list_namespaces`` lists the live items under the subject of its prefix and
   returns their namespaces, matched, cut at ``max_depth``, sorted.
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol, TypeVar
@@ -44,12 +45,11 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from contracts import utc_now
 from workers import wire
-from workers.client import ApiError, InvalidRequest, NotFound, calls
+from workers.client import ApiError, InvalidRequest, LedgerClientError, NotFound, TransportError, calls
 from workers.client.calls import Call
 from workers.langgraph_store import filters, namespaces, values
-from workers.langgraph_store.errors import InvalidValueError, LedgerStoreError, NamespaceError
+from workers.langgraph_store.errors import BatchInterruptedError, InvalidValueError, LedgerStoreError, NamespaceError
 from workers.langgraph_store.namespaces import Address, Prefix
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Step = Generator[Call[Any], Any, T]
 """A generator that yields calls, is sent their answers, and returns a ``T``."""
+
+Clock = Callable[[], datetime]
+"""The time now, aware UTC (``contracts.utc_now``, or a fake one)."""
 
 KIND: Final = "fact"
 VERACITY: Final = "inferred"
@@ -73,6 +76,13 @@ MAX_K = 1000
 
 MAX_QUERY_CHARS = 4096
 """The longest query recall takes."""
+
+RECALL_TOP: Final = 50
+"""The most items a search with a query reaches: ``offset + limit`` at most this. Recall
+ranks only the best 50 candidates of each of its rankers
+(``projections.ranking.config.RankingConfig.depth``, not a setting), so past its 50th
+answer it is no longer a ranking of every match, and a window there would come back short
+without a word."""
 
 LIVE = ("active", "needs_confirmation")
 
@@ -118,39 +128,86 @@ class Session(Protocol):
     def erased(self, receipt: ErasureReceipt) -> None: ...
 
 
-def batch(ops: Sequence[Op], cfg: Config, session: Session, now: datetime) -> Step[list[Result]]:
-    """The results of ``ops``, in order (``None`` for a put or a delete). ``now`` (aware
-    UTC) starts the TTLs of the batch's puts.
+def batch(ops: Sequence[Op], cfg: Config, session: Session, clock: Clock) -> Step[list[Result]]:
+    """The results of ``ops``, in order (``None`` for a put or a delete). ``clock`` (aware
+    UTC) is read as each batch write is sent: its time plus a put's TTL is the put's
+    ``expires_at``, so the time the earlier operations take does not shorten the later
+    puts' lives.
 
     Raises:
         NamespaceError, InvalidValueError: a bad operation (before anything is sent).
         workers.client.ApiError: the server's refusal of a step (``Forbidden`` for a
-            subject outside the key's grants); the steps before it took effect.
+            subject outside the key's grants) before any write of the batch took effect
+            (the reads before it ran); ``workers.client.TransportError`` likewise.
+        BatchInterruptedError: either of those after a write of the batch took effect:
+            which puts and deletes were written, which were not, which are in doubt.
     """
     places = [f"ops[{i}]" if len(ops) > 1 else "" for i in range(len(ops))]
     prepared: list[_Step] = []
     for op, place in zip(ops, places, strict=True):
         try:
-            prepared.append(_prepare(op, cfg, now))
+            prepared.append(_prepare(op, cfg))
         except LedgerStoreError as exc:
             raise exc.at(place) from None
     results: list[Result] = [None] * len(prepared)
+    progress = _Progress(prepared)
     i = 0
-    while i < len(prepared):
-        step = prepared[i]
-        if isinstance(step, _Put):
-            run = [step]
-            while i + len(run) < len(prepared) and len(run) < wire.MAX_BATCH:
-                after = prepared[i + len(run)]
-                if not isinstance(after, _Put) or after.address.subject_id != step.address.subject_id:
-                    break
-                run.append(after)
-            yield from _write(run, session, places[i : i + len(run)])
-            i += len(run)
-            continue
-        results[i] = yield from step.run(cfg, session)
-        i += 1
+    try:
+        while i < len(prepared):
+            step = prepared[i]
+            progress.at = i
+            if isinstance(step, _Put):
+                run = [step]
+                while i + len(run) < len(prepared) and len(run) < wire.MAX_BATCH:
+                    after = prepared[i + len(run)]
+                    if not isinstance(after, _Put) or after.address.subject_id != step.address.subject_id:
+                        break
+                    run.append(after)
+                yield from _write(run, session, places[i : i + len(run)], clock, range(i, i + len(run)), progress)
+                i += len(run)
+                continue
+            progress.sending((i,) if isinstance(step, _Delete) else ())
+            results[i] = yield from step.run(cfg, session)
+            progress.done()
+            i += 1
+    except LedgerClientError as exc:
+        interrupted = progress.interrupted(exc)
+        if interrupted is None:
+            raise
+        raise interrupted from exc
     return results
+
+
+class _Progress:
+    """What the writes of a batch have done so far: the indices of the puts and deletes
+    written, and of those of the request being sent (``sending``); ``at`` is the
+    operation being run."""
+
+    def __init__(self, prepared: Sequence[_Step]) -> None:
+        self.items = {i: (s.namespace, s.key) for i, s in enumerate(prepared) if isinstance(s, _Put | _Delete)}
+        self.written: list[int] = []
+        self.at = 0
+        self._sending: tuple[int, ...] = ()
+
+    def sending(self, indices: Sequence[int]) -> None:
+        self._sending = tuple(indices)
+        if self._sending:
+            self.at = self._sending[0]
+
+    def done(self) -> None:
+        """The request being sent took effect."""
+        self.written += self._sending
+        self._sending = ()
+
+    def interrupted(self, error: LedgerClientError) -> BatchInterruptedError | None:
+        """``error`` stopped the batch: the error naming what was written, or ``None``
+        when no write of the batch took effect (then ``error`` is the answer as it is)."""
+        if not self.written:
+            return None
+        in_doubt = self._sending if isinstance(error, TransportError) else ()
+        settled = {*self.written, *in_doubt}
+        not_written = [i for i in self.items if i not in settled]
+        return BatchInterruptedError(error, self.at, self.written, not_written, in_doubt, self.items)
 
 
 # -- the operations, checked ----------------------------------------------------------
@@ -172,10 +229,18 @@ class _AtItem(_Step):
 
 @dataclass(frozen=True)
 class _Put(_AtItem):
-    """A put of the item: ``memory`` is its new revision. Puts run in batches
-    (``batch``), not one by one."""
+    """A put of the item: ``memory`` is its new revision, without its ``expires_at``,
+    which ``ttl_minutes`` (``None``: no TTL) gives when it is sent (``memory_at``). Puts
+    run in batches (``batch``), not one by one."""
 
     memory: wire.WriteMemory
+    ttl_minutes: float | None
+
+    def memory_at(self, now: datetime) -> wire.WriteMemory:
+        """The revision as sent at ``now`` (aware UTC): its TTL counts from then."""
+        if self.ttl_minutes is None:
+            return self.memory  # the class's maximum lifetime, the ledger's retention rule
+        return self.memory.model_copy(update={"expires_at": now + timedelta(minutes=self.ttl_minutes)})
 
 
 @dataclass(frozen=True)
@@ -214,7 +279,7 @@ def erase(namespace: tuple[str, ...], key: str, session: Session) -> Step[Erasur
     Raises:
         NamespaceError: before anything is sent; workers.client.ApiError: the refusal.
     """
-    step = _prepare(PutOp(namespace, key, None), Config(), utc_now())
+    step = _prepare(PutOp(namespace, key, None), Config())
     assert isinstance(step, _Delete)
     return (yield from step.erase(session))
 
@@ -309,7 +374,7 @@ class _ListNamespaces(_Step):
         return sorted(spaces)[op.offset : op.offset + op.limit]
 
 
-def _prepare(op: Op, cfg: Config, now: datetime) -> _Step:
+def _prepare(op: Op, cfg: Config) -> _Step:
     """``op`` checked and mapped onto the ledger.
 
     Raises:
@@ -322,19 +387,19 @@ def _prepare(op: Op, cfg: Config, now: datetime) -> _Step:
             return _Delete(namespace, op.key, address)
         if namespace[0] == RESERVED_ROOT:  # as BaseStore.put, for a PutOp given to batch directly
             raise NamespaceError("namespace[0]", f"the root label must not be {RESERVED_ROOT!r}: LangGraph reserves it")
+        ttl_minutes = None if op.ttl is None else check_ttl(op.ttl, "ttl")
         memory = wire.WriteMemory(
             content=values.content_of(op.value, cfg.max_value_bytes),
             purpose=address.purpose,
             kind=KIND,
             key=address.key,
             sensitivity=cfg.sensitivity,  # type: ignore[arg-type]
-            expires_at=_expiry(op.ttl, now),
             source_ref=address.source_ref,
             veracity=VERACITY,
             agent=cfg.agent,
             supersede_key=True,
         )
-        return _Put(namespace, op.key, address, memory)
+        return _Put(namespace, op.key, address, memory, ttl_minutes)
     if isinstance(op, GetOp):
         return _Get(tuple(op.namespace), op.key, namespaces.address(op.namespace, op.key))
     if isinstance(op, SearchOp):
@@ -343,6 +408,12 @@ def _prepare(op: Op, cfg: Config, now: datetime) -> _Step:
         filters.check(op.filter)
         if op.query and len(op.query) > MAX_QUERY_CHARS:
             raise InvalidValueError("query", f"must be at most {MAX_QUERY_CHARS} characters")
+        if op.query and op.offset + op.limit > RECALL_TOP:
+            raise InvalidValueError(
+                "offset" if op.offset >= RECALL_TOP else "limit",
+                f"with a query, offset + limit ({op.offset} + {op.limit}) must be at most {RECALL_TOP}:"
+                f" recall ranks only its best {RECALL_TOP} candidates of each ranker",
+            )
         return _Search(op, namespaces.prefix(op.namespace_prefix, need_purpose=bool(op.query)))
     if isinstance(op, ListNamespacesOp):
         _bound("limit", op.limit)
@@ -356,26 +427,39 @@ def _prepare(op: Op, cfg: Config, now: datetime) -> _Step:
     raise InvalidValueError("op", f"unknown operation {type(op).__name__}")
 
 
-def _write(run: Sequence[_Put], session: Session, places: Sequence[str]) -> Step[None]:
+def _write(
+    run: Sequence[_Put],
+    session: Session,
+    places: Sequence[str],
+    clock: Clock,
+    at: Sequence[int],
+    progress: _Progress,
+) -> Step[None]:
     """One batch write of the puts of ``run`` (one subject), all or none; ``places``
-    are their places in the batch (``ops[3]``; empty for the only operation). A request
+    are their places in the batch (``ops[3]``; empty for the only operation), ``at``
+    their indices, given to ``progress`` as they are sent and written. ``clock``
+    is read as the request is made: the puts' TTLs count from then. A request
     the server finds too large (413: over its ``MEMLEDGER_API_MAX_BODY_BYTES``, which
     the store cannot know; 100 values of 32 KiB are more than the default 2 MiB) is
-    written as two halves, one after the other, each all or none.
+    written as two halves, one after the other, each all or none (and each with the
+    clock read again).
 
     Raises:
         workers.client.InvalidRequest: the server refused a put; the field is the put's
             (``put_field``), in its place (``ops[3].value``); a 413 of a single put.
     """
+    progress.sending(at)
     try:
-        ack: wire.BatchAck = yield calls.write_batch(run[0].address.subject_id, [p.memory for p in run])
+        now = clock()
+        ack: wire.BatchAck = yield calls.write_batch(run[0].address.subject_id, [p.memory_at(now) for p in run])
     except InvalidRequest as exc:
         if exc.status == TOO_LARGE and len(run) > 1:
             half = len(run) // 2
-            yield from _write(run[:half], session, places[:half])
-            yield from _write(run[half:], session, places[half:])
+            yield from _write(run[:half], session, places[:half], clock, at[:half], progress)
+            yield from _write(run[half:], session, places[half:], clock, at[half:], progress)
             return
         raise _in_place(exc, places) from None
+    progress.done()
     session.acknowledged([pos for r in ack.results for pos in r.positions])
 
 
@@ -470,20 +554,8 @@ MAX_TTL_MINUTES: Final = 100 * 366 * 24 * 60
 the item's sensitivity class may allow far less, and the ledger refuses beyond it)."""
 
 
-def _expiry(ttl_minutes: float | None, now: datetime) -> datetime | None:
-    """The ``expires_at`` of a put with a TTL of ``ttl_minutes`` (LangGraph's unit) at
-    ``now``; ``None`` (no TTL): the class's maximum lifetime, the ledger's retention rule.
-
-    Raises:
-        InvalidValueError: field ``ttl``, as ``check_ttl``.
-    """
-    if ttl_minutes is None:
-        return None
-    return now + timedelta(minutes=check_ttl(ttl_minutes, "ttl"))
-
-
 def check_ttl(minutes: object, field: str) -> float:
-    """``minutes`` as a TTL: a positive, finite number of minutes.
+    """``minutes`` as a TTL: a positive, finite number of minutes (LangGraph's unit).
 
     Raises:
         InvalidValueError: ``field``, for anything else.

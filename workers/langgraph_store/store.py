@@ -19,7 +19,7 @@ from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
 
 from contracts import utc_now
 from workers import wire
-from workers.client import ApiError, AsyncLedgerClient, LedgerClient, RetryPolicy
+from workers.client import AsyncLedgerClient, LedgerClient, LedgerClientError, RetryPolicy
 from workers.client.calls import Call
 from workers.langgraph_store import namespaces, plan, values
 from workers.langgraph_store.errors import InvalidValueError, UnsupportedError
@@ -76,6 +76,7 @@ class LedgerStore(BaseStore):
         InvalidValueError: ``sensitivity`` not a class, or one outside
             ``WRITABLE_CLASSES``; ``max_value_bytes`` or ``wait_timeout_s`` out of range;
             an ``agent`` label the ledger refuses (``_check_agent``).
+        workers.client.InvalidArgument: a ``token`` the client refuses (field ``token``).
     """
 
     supports_ttl = True
@@ -134,14 +135,17 @@ class LedgerStore(BaseStore):
         Raises:
             NamespaceError, InvalidValueError: a bad operation; nothing was sent.
             workers.client.ApiError: the server refused a step (``Forbidden``: a subject
-                outside the key's grants); the steps before it took effect.
-            workers.client.TransportError: the server could not be reached.
+                outside the key's grants) before any write of the batch took effect.
+            workers.client.TransportError: the server could not be reached, likewise.
+            BatchInterruptedError: either, after a write of the batch took effect: its
+                ``written``, ``not_written`` and ``in_doubt`` name the puts and deletes
+                by index (and namespace and key), ``error`` is the refusal.
         """
-        return _drive(plan.batch(list(ops), self._cfg, self._session, utc_now()), self._client.send)
+        return _drive(plan.batch(list(ops), self._cfg, self._session, utc_now), self._client.send)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """``batch`` with the asynchronous client (raises as ``batch``)."""
-        step = plan.batch(list(ops), self._cfg, self._session, utc_now())
+        step = plan.batch(list(ops), self._cfg, self._session, utc_now)
         return await _adrive(step, self._async_client().send)
 
     # -- erasure ----------------------------------------------------------------------
@@ -246,13 +250,14 @@ class _Session:
 
 def _drive(step: Step[T], send: Callable[[Call[Any]], Any]) -> T:
     """Run ``step``, sending each call it yields and giving it the answer (or the
-    client's refusal, which it may handle)."""
+    client's error, a refusal or a request that could not be sent, which it may handle
+    or name in its own)."""
     try:
         call = next(step)
         while True:
             try:
                 answer = send(call)
-            except ApiError as exc:
+            except LedgerClientError as exc:
                 call = step.throw(exc)
             else:
                 call = step.send(answer)
@@ -267,7 +272,7 @@ async def _adrive(step: Step[T], send: Callable[[Call[Any]], Awaitable[Any]]) ->
         while True:
             try:
                 answer = await send(call)
-            except ApiError as exc:
+            except LedgerClientError as exc:
                 call = step.throw(exc)
             else:
                 call = step.send(answer)
