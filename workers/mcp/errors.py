@@ -11,10 +11,10 @@ from pydantic import ValidationError
 
 from workers import wire
 from workers.api.problems import STATUS, TITLES
-from workers.client import ApiError, TransportError
-from workers.gateway import GatewayError, UnavailableError, translate
+from workers.client import ApiError, InvalidArgument, TransportError
+from workers.gateway import GatewayError, InvalidRequestError, UnavailableError, translate
 
-KNOWN = (GatewayError, ApiError, TransportError, ValidationError)
+KNOWN = (GatewayError, ApiError, TransportError, InvalidArgument, ValidationError)
 """What ``problem_of`` turns into a problem document."""
 
 
@@ -25,6 +25,8 @@ def problem_of(exc: BaseException) -> wire.Problem | None:
         return exc.problem
     if isinstance(exc, TransportError):
         exc = UnavailableError("serve", str(exc), 1.0)
+    elif isinstance(exc, InvalidArgument):  # refused by the client before sending (the key's token)
+        exc = InvalidRequestError(exc.field, exc.rule)
     elif isinstance(exc, ValidationError):
         exc = translate(exc)
     if not isinstance(exc, GatewayError):
