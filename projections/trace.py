@@ -313,8 +313,12 @@ def _earlier_versions(conn: psycopg.Connection, request_id: str) -> tuple[bool, 
 
 def _disk_trace(conn: psycopg.Connection, stores: list[StoreTrace], requested_at: datetime) -> StoreTrace:
     """The ``disk`` row: compacted by a complete compaction that started once every store
-    had applied the erasure, or residue until then (reported, not judged)."""
-    applied = [datetime.fromisoformat(s.applied_at) for s in stores if s.applied_at is not None]
+    had applied the erasure, or residue until then (reported, not judged). A store whose
+    serving version was rebuilt after the request never held the memories: what counts
+    is when the versions that existed then removed them (``removed_at``), so a replay
+    after a compaction leaves no residue to report."""
+    removed = [s.removed_at if s.rebuilt else s.applied_at for s in stores]
+    applied = [datetime.fromisoformat(at) for at in removed if at is not None]
     pending = any(s.status == "pending" for s in stores)
     after = max([requested_at, *applied])
     last = last_complete(conn, after)

@@ -75,3 +75,7 @@ def test_after_compact_no_file_of_the_data_directory_holds_the_erased_text(embed
     disk = cli.json("trace", erased["request_id"])["disk"]
     assert disk["status"] == "applied" and disk["probe"] == f"compacted at {compaction['finished_at']}"
     assert files_holding(data, TEXTS + TURNS) == {}  # and the commands since wrote nothing of it back
+    cli.run("replay", "all")  # version 3, rebuilt after the compaction, never held them either
+    again = cli.json("trace", erased["request_id"])
+    assert again["verdict"] == "complete" and again["disk"] == disk
+    assert files_holding(data, TEXTS + TURNS) == {}
