@@ -515,7 +515,7 @@ def render_text(report: TraceReport) -> str:
         f"{counted(len(report.memory_ids), 'memory', 'memories')})",
         f"requested {report.requested_at} by {report.requested_by}: {report.reason} [{report.legal_basis}]",
         *([f"source: {report.source_ref}"] if report.source_ref else []),
-        f"log position: partition {report.log_partition} offset {report.log_offset}",
+        f"log position: {log_position(report)}",
         "",
         f"{'store':<10} {'status':<8} {'applied at (UTC)':<33} {'offset':>7} {'removed':>7} {'latency s':>9}"
         "  probe by id; by fingerprint",
@@ -528,6 +528,17 @@ def render_text(report: TraceReport) -> str:
     notes = [rebuilt_note(s) for s in report.stores if s.rebuilt]
     lines += ["", *notes, *([""] if notes else []), *earlier_lines(report), f"verdict: {report.verdict}"]
     return "\n".join(lines)
+
+
+NOT_IN_LOG_YET = "not in the log yet: the outbox holds it and its relay publishes it (memledger lag shows the outbox)"
+"""Where an erasure is before the log acknowledged it (the distributed mode's outbox)."""
+
+
+def log_position(report: TraceReport) -> str:
+    """``partition P offset O`` of the request's event, or ``NOT_IN_LOG_YET``."""
+    if report.log_partition is None or report.log_offset is None:
+        return NOT_IN_LOG_YET
+    return f"partition {report.log_partition} offset {report.log_offset}"
 
 
 def earlier_lines(report: TraceReport) -> list[str]:

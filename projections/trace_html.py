@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape
 
-from projections.trace import StoreTrace, TraceReport, rebuilt_note
+from projections.trace import StoreTrace, TraceReport, log_position, rebuilt_note
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem; color: #1b1f23; }
@@ -93,7 +93,7 @@ def render_html(report: TraceReport) -> str:
         ("Reason", report.reason),
         ("Legal basis", report.legal_basis),
         ("Requested at (UTC)", report.requested_at),
-        ("Log position", f"partition {_v(report.log_partition)}, offset {_v(report.log_offset)}"),
+        ("Log position", log_position(report)),
     ]
     verdict = escape(report.verdict, quote=True)
     rebuilt = [s for s in report.stores if s.rebuilt]

@@ -29,7 +29,7 @@ from psycopg import sql
 
 from ledger import topics
 from ledger.errors import AcknowledgementLostError, EventLogError, NotWrittenError
-from projections.trace import trace
+from projections.trace import NOT_IN_LOG_YET, render_text, trace
 from tests.integration import command_faults as cf
 from tests.integration.distributed import distributed_settings
 from tests.integration.test_erasure_crash import settings_env
@@ -219,6 +219,11 @@ def test_a_broker_that_refuses_the_records_gets_them_once_it_accepts_them(
         samples = scrape(svc)
         assert samples[("memledger_outbox_records", ())] >= len(lost)
         assert samples[("memledger_outbox_subjects", ())] >= 1
+        if command == "erase":  # the trace says where the request is, not "partition None"
+            assert raised.value.request_id is not None
+            waiting_trace = trace(svc.pool, raised.value.request_id, svc.trace_targets())
+            assert waiting_trace.verdict == "pending"
+            assert f"log position: {NOT_IN_LOG_YET}" in render_text(waiting_trace)
     finally:
         _topic_config(settings.kafka_bootstrap, topic, "1048588")  # the broker's default
     deadline = time.monotonic() + 30

@@ -214,7 +214,7 @@ def test_html_trace_renders_the_request_every_store_and_the_verdict_in_a_browser
     assert request["Reason"] == hostile
     assert request["Legal basis"] == "gdpr-art-17(1)(b)"
     assert request["Requested by"] == p.id
-    assert request["Log position"] == f"partition {r.positions[0].partition}, offset {r.positions[0].offset}"
+    assert request["Log position"] == f"partition {r.positions[0].partition} offset {r.positions[0].offset}"
     stores = {a["data-store"]: (a["data-status"], row) for a, row in cells.rows if a.get("data-store")}
     assert set(stores) == {"facts", "history", "vectors", "cache", "summaries", "log", "dlq", "disk"}
     disk_status, disk_row = stores.pop("disk")  # reported, not judged: nothing compacted yet
