@@ -346,3 +346,29 @@ def test_memories_lists_live_summaries_with_the_facts(run: Run) -> None:
     every = {m["memory_id"]: m for m in ok(run, "memories", "emu", "--all", "--json")["memories"]}
     assert every[summary]["status"] == "erased" and every[summary]["content"] is None
     assert [m["memory_id"] for m in ok(run, "memories", "emu", "--json")["memories"]] == [fact]
+
+
+def test_a_replay_stopped_by_an_unreadable_erasure_says_the_version_stays_building(run: Run) -> None:
+    from workers.bootstrap import build
+    from workers.settings import Settings
+
+    ok(run, "write", "alice", "Alice prefers tea", "--purpose", PURPOSE)
+    svc = build(Settings())
+    try:
+        newer = b'{"type": "ErasureRequested", "schema_version": 99, "subject_id": "alice", "request_id": "er-x"}'
+        at = svc.log.append("alice", newer)
+    finally:
+        svc.close()
+    code, out, err = run("replay", "facts")
+    assert code == 1 and out == "" and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("error: replay stopped: projection facts_v2 stalled at partition")
+    assert f"offset {at.offset}" in lines[0] and "ErasureRequested v99" in lines[0]
+    assert lines[1] == (
+        "  facts_v2 stays building (the serving version still serves): run `memledger replay facts` again to"
+        " resume it from its positions once the cause is fixed, or `memledger retire facts --version 2`"
+    )
+    code, out, _ = run("versions", "--json")
+    assert code == 0 and {"id": "facts_v2", "state": "building"}.items() <= next(
+        v for v in json.loads(out) if v["id"] == "facts_v2"
+    ).items()

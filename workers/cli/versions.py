@@ -10,6 +10,7 @@ is kept, and applied, until ``memledger retire PROJECTION --version N``;
 from __future__ import annotations
 
 import re
+import sys
 import time
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from projections import versions
 from projections.embedding import build_embedder
+from projections.errors import ProjectionStalledError
 from workers.cli.util import emit, services
 from workers.versioning import RebuildProgress, rebuild_many, retire, rollback
 
@@ -125,6 +127,21 @@ def replay(
 
         try:
             results = rebuild_many(svc, names, to_version, embedder, progress=show, wait_s=wait_s)
+        except ProjectionStalledError as exc:
+            if task is not None:
+                bar.stop()
+                task = None
+            with svc.pool.connection() as conn:
+                left = [v for v in versions.versions(conn) if v.name in names and v.state == "building"]
+            print(f"error: replay stopped: {exc}", file=sys.stderr)
+            for v in left:
+                print(
+                    f"  {v.id} stays building (the serving version still serves): run `memledger replay"
+                    f" {v.name}` again to resume it from its positions once the cause is fixed, or"
+                    f" `memledger retire {v.name} --version {v.version}`",
+                    file=sys.stderr,
+                )
+            raise typer.Exit(1) from None
         finally:
             if task is not None:
                 bar.stop()
