@@ -372,3 +372,16 @@ def test_a_replay_stopped_by_an_unreadable_erasure_says_the_version_stays_buildi
     assert code == 0 and {"id": "facts_v2", "state": "building"}.items() <= next(
         v for v in json.loads(out) if v["id"] == "facts_v2"
     ).items()
+
+
+def test_a_store_that_cannot_be_reached_exits_1_with_one_line(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MEMLEDGER_POSTGRES_DSN", f"postgresql://postgres@127.0.0.1:{port}/nothing?connect_timeout=2")
+    code, out, err = run("memories", "alice")
+    assert code == 1 and out == "" and "Traceback" not in err, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: ") and line.endswith("(a store failed, not the input; run it again once it answers)")
