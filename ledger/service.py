@@ -100,6 +100,30 @@ SUMMARISER_WRITER = "memledger.summariser"
 """``provenance.writer`` of summaries the ledger regenerates."""
 
 
+
+INTERRUPTED = {
+    "before": "{command}: not written (interrupted before its commit): nothing was recorded; running it again is safe",
+    "during": "{command}: outcome unknown (interrupted during its commit): it may be recorded; look (memledger"
+    " memories SUBJECT, or trace REQUEST) before running it again",
+    "after": "{command}: written (interrupted after its commit): it stands, and its events reach the log (the"
+    " outbox relay publishes what was not acknowledged); do not run it again",
+}
+"""What a command interrupted (SIGINT, SIGTERM: ``KeyboardInterrupt``) at each point did: a
+note on the interruption (``BaseException.add_note``) and a line of ``interruptions``."""
+
+interruptions: list[str] = []
+"""This process's notes of interrupted commands, in order, for a console entry point to
+print once the interruption has unwound (the CLI's framework swallows the exception)."""
+
+
+def _note_interruption(exc: BaseException, command: str, when: str) -> None:
+    """Note on ``exc``, when it is an interruption, whether ``command`` was written."""
+    if isinstance(exc, KeyboardInterrupt):
+        note = INTERRUPTED[when].format(command=command)
+        exc.add_note(note)
+        interruptions.append(note)
+
+
 def _reason(exc: BaseException) -> str:
     """One line saying what failed (the first line of a driver's message)."""
     text = str(exc).strip().splitlines()
@@ -1008,20 +1032,25 @@ class Ledger:
                 self._abandon(conn)
                 log.error("%s: not written: %s (nothing was recorded)", command, _reason(exc))
                 raise NotWrittenError(command, _reason(exc)) from exc
-            except BaseException:
+            except BaseException as exc:
                 self._abandon(conn)  # a refusal, or an interruption: rolled back, nothing written
+                _note_interruption(exc, command, "before")
                 raise
             try:
                 conn.commit()
             except psycopg.Error as exc:
                 self._abandon(conn)
                 return decision, self._after_lost_commit(command, command_id, decision, staged, exc)
-            except BaseException:
+            except BaseException as exc:
                 self._abandon(conn)
+                _note_interruption(exc, command, "during")
                 raise
             try:
                 self._fault(command, "committed", conn)
                 positions = self._sink.settle(conn, staged)
+            except KeyboardInterrupt as exc:
+                _note_interruption(exc, command, "after")
+                raise
             except EventLogError as exc:
                 self._abandon(conn)
                 raise self._acknowledgement_lost(command, decision, _reason(exc)) from exc

@@ -385,3 +385,30 @@ def test_a_store_that_cannot_be_reached_exits_1_with_one_line(run: Run, monkeypa
     assert code == 1 and out == "" and "Traceback" not in err, err
     (line,) = err.strip().splitlines()
     assert line.startswith("error: ") and line.endswith("(a store failed, not the input; run it again once it answers)")
+
+
+@pytest.mark.parametrize(
+    ("step", "said", "recorded"),
+    [
+        ("decided", "write: not written (interrupted before its commit): nothing was recorded", False),
+        ("staged", "write: not written (interrupted before its commit): nothing was recorded", False),
+        ("committed", "write: written (interrupted after its commit): it stands", True),
+    ],
+)
+def test_an_interrupted_command_says_whether_it_was_written(
+    run: Run, fresh_dsn: str, monkeypatch: pytest.MonkeyPatch, step: str, said: str, recorded: bool
+) -> None:
+    from ledger.service import Ledger
+
+    def interrupt(self: Ledger, command: str, at: str, conn: Any) -> None:
+        if at == step:
+            raise KeyboardInterrupt  # what SIGINT raises in the main thread (workers.interrupts)
+
+    monkeypatch.setattr(Ledger, "_fault", interrupt)
+    code, out, err = run("write", "alice", "Alice prefers green tea", "--purpose", PURPOSE)
+    assert code == 130 and out == "" and "Traceback" not in err, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"interrupted: {said}"), line
+    with psycopg.connect(fresh_dsn) as conn:  # the ledger's own record of the subject's memories
+        heads = conn.execute("SELECT count(*) FROM ledger_memories WHERE subject_id = 'alice'").fetchone()
+    assert heads == (1 if recorded else 0,)

@@ -545,7 +545,7 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
     having printed known errors as one line (``memledger serve`` runs forwarded commands
     through this too)."""
     try:
-        code = app(args=args, prog_name=prog_name, standalone_mode=False)  # KeyboardInterrupt: 130
+        code = _run_noting_interruptions(args, prog_name)  # KeyboardInterrupt: 130
     except typer.Abort:
         print("aborted", file=sys.stderr)
         return 130
@@ -576,6 +576,19 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
         print(f"error: {_describe(exc)}", file=sys.stderr)
         return 2
     return code if isinstance(code, int) else 0
+
+
+def _run_noting_interruptions(args: list[str] | None, prog_name: str | None) -> Any:
+    """The app on ``args``; then one line for each command an interruption cut short, saying
+    whether it was written (``ledger.service.interruptions``)."""
+    from ledger import service
+
+    seen = len(service.interruptions)
+    try:
+        return app(args=args, prog_name=prog_name, standalone_mode=False)
+    finally:
+        for note in service.interruptions[seen:]:
+            print(f"interrupted: {note}", file=sys.stderr)
 
 
 def main() -> None:
