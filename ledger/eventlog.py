@@ -18,6 +18,13 @@ from typing import Protocol
 TOPIC = "memory.events"
 DLQ_TOPIC = "memory.dlq"
 
+MAX_EVENT_BYTES = 1_000_000
+"""The largest encoded event a command may append, bytes: under the producer's 1 MiB
+request limit (``ledger.topics.MIN_MESSAGE_BYTES``) with room for the key and the record
+batch's headers. A bigger one is refused before anything is written (a record the broker
+refuses would stay in the outbox, its subject's later records behind it); the same rule
+holds in the embedded default, so a log moved to Kafka takes every event it holds."""
+
 
 @dataclass(frozen=True)
 class LogPosition:

@@ -60,6 +60,7 @@ from contracts import (
     SealedText,
     SummaryDerived,
     encode_event,
+    touched_memories,
     utc_now,
 )
 from ledger import admission, appending, commits, dead_letters, erasure, outbox, state, supersession, write_behind
@@ -73,7 +74,7 @@ from ledger.errors import (
     UnknownMemoryError,
     in_batch,
 )
-from ledger.eventlog import EventLog, LogPosition
+from ledger.eventlog import MAX_EVENT_BYTES, EventLog, LogPosition
 from ledger.pgschema import vacuum
 from ledger.policy import RetentionPolicy, load_policy, normalise_statement, reinforce
 from ledger.principals import Principal
@@ -99,6 +100,26 @@ log = logging.getLogger(__name__)
 SUMMARISER_WRITER = "memledger.summariser"
 """``provenance.writer`` of summaries the ledger regenerates."""
 
+
+
+def _check_sizes(command: str, events: Sequence[Event], encoded: Sequence[bytes]) -> None:
+    """Refuse a command one of whose events is over ``MAX_EVENT_BYTES`` once encoded (an
+    erasure or revocation of very many memories: each adds about 66 bytes to the list of
+    the memories it affects).
+
+    Raises:
+        InvalidCommandError: field ``affected`` (the memories the command names or finds).
+    """
+    for event, value in zip(events, encoded, strict=True):
+        if len(value) > MAX_EVENT_BYTES:
+            count = len(touched_memories(event))
+            raise InvalidCommandError(
+                "affected",
+                f"{command} would append one {event.type} of {len(value):,} bytes listing {count:,} memories,"
+                f" over the log's limit of {MAX_EVENT_BYTES:,} bytes per event (about"
+                f" {MAX_EVENT_BYTES * count // len(value):,} such memories): name fewer at once (by id, or by"
+                " source), in several commands",
+            )
 
 
 INTERRUPTED = {
@@ -1026,6 +1047,7 @@ class Ledger:
                         return decision, []
                     self._fault(command, "decided", conn)
                     encoded = [encode_event(e) for e in decision.events]
+                    _check_sizes(command, decision.events, encoded)
                     staged = self._sink.stage(conn, command_id, command, decision.events, encoded, decision.tombstones)
                 self._fault(command, "staged", conn)
             except psycopg.Error as exc:

@@ -455,3 +455,29 @@ def test_erasure_while_qdrant_is_down_is_pending_then_complete_once_it_returns(
         assert set(back.index.retrieve([gone, keep])) == {keep}
     finally:
         back.close()
+
+
+def test_an_erasure_whose_event_would_be_over_the_logs_limit_is_refused_and_writes_nothing(
+    svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger import service
+    from ledger.eventlog import read_all
+
+    p = svc.principal()
+    ids = [svc.ledger.write(p, memory_write("bea", f"Bea note {i}")).memory_id for i in range(12)]
+    svc.catch_up()
+    before = len(list(read_all(svc.log)))
+    monkeypatch.setattr(service, "MAX_EVENT_BYTES", 1_000)  # about 12 memories' worth, as 1 MB is 15,000
+    with pytest.raises(InvalidCommandError) as refused:
+        svc.ledger.erase(p, EraseMemories(subject_id="bea", whole_subject=True, reason="asked"))
+    assert refused.value.field == "affected"
+    assert "listing 12 memories, over the log's limit of 1,000 bytes per event" in refused.value.rule
+    assert len(list(read_all(svc.log))) == before  # nothing appended, nothing staged
+    with svc.pool.connection() as conn:
+        statuses = {str(r[0]) for r in conn.execute("SELECT status FROM ledger_memories WHERE subject_id = 'bea'")}
+        requests = conn.execute("SELECT count(*) FROM erasure_requests WHERE subject_id = 'bea'").fetchone()
+    assert statuses == {"active"} and requests == (0,)
+    assert recall_ids(svc, "Bea note", "bea")  # still readable: its keys were not destroyed
+    # in parts, as the refusal says
+    svc.ledger.erase(p, EraseMemories(subject_id="bea", memory_ids=tuple(ids[:6]), reason="asked"))
+    svc.ledger.erase(p, EraseMemories(subject_id="bea", memory_ids=tuple(ids[6:]), reason="asked"))
