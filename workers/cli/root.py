@@ -102,7 +102,11 @@ def _result(r: CommandResult) -> dict[str, object]:
     if r.first_event_ids:
         out["first_event_ids"] = list(r.first_event_ids)
     if r.request_id is not None:
-        out |= {"reinstated": list(r.reinstated), "earlier_versions": list(r.earlier_versions)}
+        out |= {
+            "reinstated": list(r.reinstated),
+            "earlier_versions": list(r.earlier_versions),
+            "rivals_reinstated": list(r.rivals_reinstated),
+        }
     screening = r.screening
     if screening is not None:
         out["screening"] = screening.model_dump(mode="json")
@@ -414,6 +418,11 @@ def _describe_erasure(r: CommandResult, subject: str) -> str:
     ]
     for mid in r.reinstated:
         lines.append(f"memory {mid}: its replacement was erased; it needs confirmation again (memledger confirm)")
+    for mid in r.rivals_reinstated:
+        lines.append(
+            f"memory {mid}: the rival it was in conflict with was erased; it is no longer disputed"
+            " and needs confirmation (memledger confirm)"
+        )
     if r.earlier_versions:
         ids = " ".join(r.earlier_versions)
         lines.append(

@@ -157,7 +157,8 @@ def build_tools(backend_of: BackendOf) -> list[Tool]:
         confirm=true; returns the erasure's request_id, which trace follows store by store.
         Without with_history an earlier version whose replacement is erased awaits
         confirmation again (listed in reinstated); those still holding content are listed
-        in earlier_versions."""
+        in earlier_versions; a claim left alone in its key by the erasure of its rival in a
+        conflict awaits confirmation, no longer disputed (listed in rivals_reinstated)."""
         if not confirm:
             raise InvalidRequestError(
                 "confirm", "must be true: forget erases the memories and what was derived from them, irreversibly"
