@@ -9,7 +9,8 @@ A memory's earlier versions (``earlier_of``) are:
   recorded before it that were no longer live when it was written, so nothing linked
   them to it, and that still hold content: a revoked one whose keys a consent grace
   period keeps, one past its ``expires_at`` that no sweep has expired yet, one left
-  superseded by a memory that is not live any more. "Before" is the ledger's order:
+  superseded by a memory that is not live any more (the earlier versions of a live
+  memory of the slot are that memory's, not its). "Before" is the ledger's order:
   memory ids are UUIDv7s the ledger makes when it records a write, in time order (the
   provenance ``written_at`` is the writer's word, not the ledger's). A live memory of the
   slot is a rival claim (a conflict), not an earlier version;
@@ -171,7 +172,7 @@ def earlier_of(named: Sequence[state.MemoryHead], candidates: Iterable[state.Mem
     while frontier:
         later = frontier.pop()
         linked = replaced.get(later.memory_id, [])
-        unlinked = [h.memory_id for h in heads.values() if _left_in_slot(h, later, now)]
+        unlinked = [h.memory_id for h in heads.values() if _left_in_slot(h, later, heads, now)]
         for memory_id in (*linked, *unlinked):
             if memory_id not in found and memory_id not in named_ids:
                 found.add(memory_id)
@@ -188,15 +189,34 @@ def slot_of(head: state.MemoryHead) -> tuple[str, str, str, str, str] | None:
     return (head.subject_id, head.purpose, head.scope_type, head.scope_id, head.key)
 
 
-def _left_in_slot(head: state.MemoryHead, later: state.MemoryHead, now: datetime) -> bool:
+def _left_in_slot(
+    head: state.MemoryHead, later: state.MemoryHead, heads: Mapping[str, state.MemoryHead], now: datetime
+) -> bool:
     """``head`` is an earlier version of ``later`` that no link names: of its slot,
-    recorded before it, not live at ``now``, not erased, and still holding content."""
+    recorded before it, not live at ``now``, not erased, still holding content, and not
+    the earlier version of another live memory (a rival's history is the rival's)."""
     slot = slot_of(head)
     if slot is None or slot != slot_of(later) or head.memory_id >= later.memory_id:
         return False
-    if head.status == "erased" or head.sealed_content is None:
+    if head.status == "erased" or head.sealed_content is None or _live(head, now):
         return False
-    return not _live(head, now)
+    return not _superseded_by_live(head, heads, now)
+
+
+def _superseded_by_live(head: state.MemoryHead, heads: Mapping[str, state.MemoryHead], now: datetime) -> bool:
+    """``head``'s later versions, followed through ``superseded_by`` links among
+    ``heads``, reach a live memory (an unknown one, or a loop, ends the walk: no)."""
+    seen = {head.memory_id}
+    link = head.superseded_by
+    while link is not None and link not in seen:
+        seen.add(link)
+        later = heads.get(link)
+        if later is None:
+            return False
+        if _live(later, now):
+            return True
+        link = later.superseded_by
+    return False
 
 
 def _live(head: state.MemoryHead, now: datetime) -> bool:

@@ -151,6 +151,14 @@ def test_other_memories_are_not_earlier_versions(other: MemoryHead, why: str) ->
     assert earlier_of([head(C)], [other], NOW) == [], why
 
 
+def test_the_history_of_a_live_rival_is_the_rivals() -> None:
+    rival = head(B, "needs_confirmation")  # in conflict with C
+    of_the_rival = head(A, "superseded", superseded_by=B)
+    assert earlier_of([head(C, "needs_confirmation")], [of_the_rival, rival], NOW) == []
+    gone = head(B, "revoked", sealed_content=None)  # its replacement is not live any more: it is C's too
+    assert earlier_of([head(C)], [of_the_rival, gone], NOW) == [A]
+
+
 def test_a_keyless_memory_has_no_slot_only_its_chain() -> None:
     linked = head(A, "superseded", superseded_by=C, key=None)
     assert earlier_of([head(C, key=None)], [linked, head(B, "revoked", key=None)], NOW) == [A]
