@@ -384,15 +384,19 @@ def erase(
     with_history: Annotated[
         bool,
         typer.Option(
-            "--with-history", help="also erase every earlier version: each memory they superseded, through any chain"
+            "--with-history",
+            help="also erase every earlier version: each memory they superseded, through any chain, and each"
+            " memory of their key recorded before them, no longer live, that still holds content",
         ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Erase memories of SUBJECT (and everything derived from them): by id, --all, or
     --source REF; prints the request id. Without --with-history the earlier versions they
-    superseded stay: those still holding content are listed, and one whose replacement
-    was live is live again, awaiting confirmation."""
+    superseded (and the earlier memories of their key) stay: those still holding content
+    are listed, and one whose replacement was live is live again, awaiting confirmation; a
+    claim left alone in its key by the erasure of its rival in a conflict awaits
+    confirmation, no longer disputed."""
     who, ids = erase_target(arguments or (), subject_opt)
     check_erase_selection(who, ids, whole_subject, source)
     cmd = EraseMemories(

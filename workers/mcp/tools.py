@@ -149,7 +149,11 @@ def build_tools(backend_of: BackendOf) -> list[Tool]:
         reason: Annotated[str, Field(min_length=1, max_length=512)] = "erasure requested by the subject",
         confirm: Annotated[bool, Field(description="must be true: the erasure cannot be undone")] = False,
         with_history: Annotated[
-            bool, Field(description="also erase every earlier version they superseded, through any chain")
+            bool,
+            Field(
+                description="also erase every earlier version: those they superseded, through any chain, and the"
+                " earlier memories of their key, no longer live, that still hold content"
+            ),
         ] = False,
     ) -> wire.CommandAck:
         """Erase memories of the subject, and everything derived from them, for good:

@@ -125,7 +125,9 @@ class Erase(Request):
     """Erase memories of the URL's subject, and everything derived from them: exactly one
     of ``memory_ids``, ``whole_subject`` or ``source`` (a turn id, tool call id or
     source reference their provenance names). ``with_history``: also every earlier
-    version they superseded, directly or through a chain."""
+    version: those they superseded, directly or through a chain, and the memories of their
+    key recorded before them, no longer live, that still hold content
+    (``ledger.supersession``)."""
 
     memory_ids: list[str] = Field(default_factory=list, max_length=1000)
     whole_subject: bool = False
