@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, model_validator
 
 from contracts.base import Frozen
 from contracts.memory import ClearProvenance, MemoryBody, SealedText
@@ -165,28 +165,50 @@ class MemoryRedacted(Envelope):
 
 
 class MemoryReinstated(Envelope):
-    """A superseded memory is live again, awaiting confirmation: the live memory that had
-    superseded it, ``replacement``, was erased (``reason`` ``replacement_erased``), so its
-    slot would otherwise have no answer. ``replacement`` superseded it directly or through
-    versions erased before (``A <- B <- C``, ``B`` erased, then ``C``: ``A`` is
-    reinstated, ``replacement`` is ``C``; ``ledger.supersession``). Its status becomes ``needs_confirmation``: it is
-    recalled only with unconfirmed memories, and ``confirm`` makes it ``active`` again.
-    ``causation_id`` is the event id of the ``ErasureRequested``.
+    """A memory is live again, awaiting confirmation, because an erasure removed the live
+    memory that held its slot instead of it (``ledger.supersession``):
+
+    - ``reason`` ``replacement_erased``: it had been superseded, and ``replacement``, the
+      live memory that superseded it, directly or through versions erased before
+      (``A <- B <- C``, ``B`` erased, then ``C``: ``A`` is reinstated, ``replacement`` is
+      ``C``), was erased, so its slot would otherwise have no answer;
+    - ``reason`` ``rival_erased``: it was in conflict (``ConflictDetected``) and
+      ``rival``, the last other live claim of its slot, was erased: it is no longer
+      disputed, but still unconfirmed.
+
+    Its status becomes ``needs_confirmation``: it is recalled only with unconfirmed
+    memories, and ``confirm`` makes it ``active``. ``causation_id`` is the event id of the
+    ``ErasureRequested``. Exactly the one of ``replacement`` and ``rival`` that ``reason``
+    names is given.
 
     ``content`` and ``personal`` are the memory's text and personal fields, sealed under
     its current data key, ``content_hmac`` the text's fingerprint, and ``state`` its state
     now, so that a store that dropped the memory when it was superseded (the vector
-    index) can rebuild it from this event."""
+    index) can rebuild it from this event.
 
+    Version 2 added the reason ``rival_erased`` and ``rival`` (``replacement`` is optional
+    since; a version-1 event always has ``replacement_erased`` and its ``replacement``)."""
+
+    schema_version: int = Field(default=2, ge=1)
     type: Literal["MemoryReinstated"] = "MemoryReinstated"
     memory_id: MemoryId
     revision: int = Field(ge=2)
-    reason: Literal["replacement_erased"] = "replacement_erased"
-    replacement: MemoryId
+    reason: Literal["replacement_erased", "rival_erased"] = "replacement_erased"
+    replacement: MemoryId | None = None
+    rival: MemoryId | None = None
     content: SealedText
     personal: SealedText
     state: RedactedState
     content_hmac: NonEmptyStr | None = None
+
+    @model_validator(mode="after")
+    def _names_the_erased_memory(self) -> MemoryReinstated:
+        named, other = ("replacement", "rival") if self.reason == "replacement_erased" else ("rival", "replacement")
+        if getattr(self, named) is None:
+            raise ValueError(f"{named}: reason {self.reason} names the erased memory in {named}")
+        if getattr(self, other) is not None:
+            raise ValueError(f"{other}: not given with reason {self.reason} (the erased memory is in {named})")
+        return self
 
 
 class ConsentRevoked(Envelope):
@@ -274,7 +296,8 @@ def model_versions(models: tuple[type[Envelope], ...]) -> dict[str, int]:
 
 SCHEMA_VERSIONS: dict[str, int] = model_versions(EVENT_TYPES)
 """The current schema version of each event type (``MemoryWritten``, ``SummaryDerived``
-and ``MemoryRedacted`` are at 2: they record screening; the others at 1)."""
+and ``MemoryRedacted`` are at 2: they record screening; ``MemoryReinstated`` at 2: it may
+name an erased rival; the others at 1)."""
 
 
 def touched_memories(event: Event) -> tuple[MemoryRef, ...]:

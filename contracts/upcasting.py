@@ -8,7 +8,9 @@ registered for ``(type, v)`` takes a dict at version ``v`` and returns it at ``v
 
 Version 2 of ``MemoryWritten``, ``SummaryDerived`` and ``MemoryRedacted`` records what
 screening decided (``memory.screening``, ``screening``): a version-1 event was written
-before screening existed, and reads with ``None`` there. To evolve a type:
+before screening existed, and reads with ``None`` there. Version 2 of
+``MemoryReinstated`` adds the reason ``rival_erased`` and the ``rival`` it names: a
+version-1 event is a ``replacement_erased`` one with no rival. To evolve a type:
 
 1. change its model and raise its ``schema_version`` default to ``v + 1``;
 2. add ``UPCASTERS[(type, v)] = step`` here, ``step`` turning a version-``v`` dict into a
@@ -48,10 +50,19 @@ def _unscreened_redaction(raw: RawEvent) -> RawEvent:
     return raw
 
 
+def _no_rival(raw: RawEvent) -> RawEvent:
+    """v1 -> v2 of ``MemoryReinstated``: version 1 knew only the reason
+    ``replacement_erased`` (its default), which names no ``rival``."""
+    raw.setdefault("reason", "replacement_erased")
+    raw.setdefault("rival", None)
+    return raw
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("MemoryWritten", 1): _unscreened_body,
     ("SummaryDerived", 1): _unscreened_body,
     ("MemoryRedacted", 1): _unscreened_redaction,
+    ("MemoryReinstated", 1): _no_rival,
 }
 """The upcasters of this code: ``(event type, from version) -> step``."""
 

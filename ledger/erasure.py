@@ -5,18 +5,20 @@ An ``EraseMemories`` command names its target in exactly one way: memory ids, th
 whole subject, or a source (a turn id, tool call id or document/source reference that
 the memories' provenance names). Every memory derived, directly or transitively, from
 a target is erased with it, so no summary or inference outlives its evidence; with
-``with_history``, so is every earlier version of a target (``ledger.supersession``).
+``with_history``, so is every earlier version of a target (``ledger.supersession``:
+the versions it superseded, and the memories of its slot recorded before it that were
+no longer live, and still hold content), and every earlier version of those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 import psycopg
 
-from contracts import EraseMemories, ErasureRequested, decode_event
-from ledger import state
+from contracts import EraseMemories, ErasureRequested, Scope, decode_event
+from ledger import state, supersession
 from ledger.crypto import Keyring
 from ledger.errors import InvalidCommandError, UnknownMemoryError
 from ledger.eventlog import EventLog, iter_records
@@ -38,10 +40,11 @@ def install(conn: psycopg.Connection) -> None:
     ensure_schema(conn, "erasure_request_sources", SCHEMA_SQL)
 
 
-def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
+def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories, now: datetime) -> list[str]:
     """The ids of the memories ``cmd`` erases, not yet erased, in a stable order: the
     named memories first, then (with ``cmd.with_history``) every earlier version of
-    them, then everything derived from any of these. Locks their heads.
+    them (``earlier_versions``; ``now`` is UTC), then everything derived from any of
+    these. Locks their heads.
 
     Raises:
         UnknownMemoryError: a listed memory id is not a memory of the subject (field
@@ -81,9 +84,43 @@ def erasure_targets(conn: psycopg.Connection, cmd: EraseMemories) -> list[str]:
         if not targets:
             raise InvalidCommandError("memory_ids", "every memory named is already erased")
     if cmd.with_history:
-        history = state.lock_heads(conn, state.earlier_versions(conn, targets))
+        history = state.lock_heads(conn, earlier_versions(conn, cmd.subject_id, targets, now))
         targets += [m for m, h in history.items() if h.status != "erased" and m not in targets]
     return targets + [m for m in state.derived_closure(conn, targets) if m not in targets]
+
+
+def earlier_versions(conn: psycopg.Connection, subject_id: str, memory_ids: Sequence[str], now: datetime) -> list[str]:
+    """The earlier versions of ``memory_ids`` (memories of ``subject_id``) by
+    ``ledger.supersession.earlier_of``'s rule, of any status, the given ids left out,
+    sorted; ``now`` is UTC. Reads the heads the chains and the slots of the memories
+    lead to, and again for each earlier version found that leads further (a chain into
+    another slot), without locking them: the caller locks those it changes."""
+    named = list(state.read_heads(conn, memory_ids).values())
+    candidates: dict[str, state.MemoryHead] = {}
+    frontier, reached = named, {h.memory_id for h in named}
+    found: list[str] = []
+    while frontier:
+        chained = state.read_heads(conn, state.earlier_versions(conn, [h.memory_id for h in frontier]))
+        slots = sorted({slot[1:] for slot in map(supersession.slot_of, frontier) if slot is not None})
+        candidates |= chained | {h.memory_id: h for h in state.slot_heads(conn, subject_id, slots)}
+        found = supersession.earlier_of(named, candidates.values(), now)
+        frontier = [candidates[m] for m in found if m not in reached]
+        reached.update(h.memory_id for h in frontier)
+    return found
+
+
+def slot_claims(conn: psycopg.Connection, heads: Iterable[state.MemoryHead], now: datetime) -> list[state.MemoryHead]:
+    """The live claims, locked, of the slots of the live memories among ``heads`` (those
+    an erasure is about to erase, as before it), for ``ledger.supersession.rivals_left``;
+    ``now`` is UTC (``state.live_in_slot``)."""
+    slots = sorted(
+        {slot for h in heads if h.status in state.ACTIVE_STATUSES and (slot := supersession.slot_of(h)) is not None}
+    )
+    claims: list[state.MemoryHead] = []
+    for subject_id, purpose, scope_type, scope_id, key in slots:
+        scope = Scope.model_validate({"type": scope_type, "id": scope_id})
+        claims += state.live_in_slot(conn, subject_id, purpose, scope, key, now)
+    return claims
 
 
 def _request_for_source(conn: psycopg.Connection, subject_id: str, source_ref: str) -> str | None:

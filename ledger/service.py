@@ -193,6 +193,7 @@ class _Decision:
     repeat: str | None = None
     reinstated: tuple[str, ...] = ()
     earlier_versions: tuple[str, ...] = ()
+    rivals_reinstated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,8 @@ class CommandResult:
     ``ledger.admission``); for a retried write ``memory_id`` and ``first_event_ids`` are
     those of its first attempt. ``reinstated`` and ``earlier_versions`` (an erasure) are
     the earlier versions made ``needs_confirmation`` again and those that still hold
-    content (``ledger.supersession``)."""
+    content, ``rivals_reinstated`` the claims left alone in their slot by the erasure of
+    their rival, reinstated ``needs_confirmation`` (``ledger.supersession``)."""
 
     events: tuple[Event, ...]
     positions: tuple[LogPosition, ...]
@@ -250,6 +252,7 @@ class CommandResult:
     first_event_ids: tuple[str, ...] = ()
     reinstated: tuple[str, ...] = ()
     earlier_versions: tuple[str, ...] = ()
+    rivals_reinstated: tuple[str, ...] = ()
 
     @property
     def screening(self) -> Screening | None:
@@ -880,7 +883,9 @@ class Ledger:
         earlier versions left is ``ledger.supersession``'s rule: one whose replacement was
         live is reinstated (``MemoryReinstated``, ``needs_confirmation``); the ones that
         still hold content are recorded with the request and returned
-        (``CommandResult.earlier_versions``, ``reinstated``).
+        (``CommandResult.earlier_versions``, ``reinstated``). A live memory erased while
+        in conflict leaves its slot's last other claim reinstated (``MemoryReinstated``,
+        reason ``rival_erased``; ``CommandResult.rivals_reinstated``, recorded too).
 
         Raises:
             NotAuthorisedError: no ``erase`` grant for the subject.
@@ -902,7 +907,7 @@ class Ledger:
         def decide(conn: psycopg.Connection) -> _Decision:
             # first: no write of the subject commits unseen between this read and the erasure
             state.lock_subjects_against_erasure(conn, [cmd.subject_id], exclusive=True)
-            targets = erasure.erasure_targets(conn, cmd)
+            targets = erasure.erasure_targets(conn, cmd, now)
             heads_by_id = state.lock_heads(conn, targets)
             named = set(cmd.memory_ids)
             # the summaries erased with a source and regenerated without it: active ones only (a
@@ -915,9 +920,10 @@ class Ledger:
                 MemoryRef(memory_id=m, revision=heads_by_id[m].revision + 1) for m in targets if m in heads_by_id
             )
             hmacs = state.content_hmacs(conn, targets)
-            earlier = state.lock_heads(conn, state.earlier_versions(conn, targets))
+            earlier = state.lock_heads(conn, erasure.earlier_versions(conn, cmd.subject_id, targets, now))
             successors = {m: h for m, h in heads_by_id.items() if m in targets}
             reinstated = supersession.reinstatements(successors, list(earlier.values()), now)
+            rivals = supersession.rivals_left(successors, erasure.slot_claims(conn, successors.values(), now), now)
             left = supersession.holding_content(earlier, sorted(earlier))
             self._destroy_keys(conn, targets, now)  # the head keeps ids, times and statuses only
             if cmd.whole_subject:
@@ -941,8 +947,9 @@ class Ledger:
             conn.execute(
                 """
                 INSERT INTO erasure_requests (request_id, subject_id, request_kind, memory_ids, content_hmacs,
-                    requested_by, reason, legal_basis, requested_at, with_history, reinstated, earlier_versions)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                    requested_by, reason, legal_basis, requested_at, with_history, reinstated, earlier_versions,
+                    rivals_reinstated)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                 """,
                 (
                     request_id,
@@ -957,13 +964,17 @@ class Ledger:
                     cmd.with_history,
                     [r.head.memory_id for r in reinstated],
                     left,
+                    [r.head.memory_id for r in rivals],
                 ),
             )
             erasure.record_source(conn, request_id, cmd)
             scope = dead_letters.ErasureScope(cmd.subject_id, tuple(targets), cmd.whole_subject, cmd.source_ref)
             dead_letters.purge_postgres_dlq(conn, request_id, scope)  # a Kafka DLQ cannot be edited: trace lists it
             events: list[Event] = [event]
-            events += [self._reinstate(conn, r, now, corr, event.event_id) for r in reinstated]
+            events += [
+                self._reinstate(conn, r.head, now, corr, event.event_id, replacement=r.replacement) for r in reinstated
+            ]
+            events += [self._reinstate(conn, r.head, now, corr, event.event_id, rival=r.rival) for r in rivals]
             events += self._regenerate(conn, cascaded, set(targets), now, corr, event.event_id)
             tombstones = [Tombstone(m, cmd.subject_id, request_id, now) for m in targets]
             # tombstone records are published before the erasure's event (ledger.outbox)
@@ -975,6 +986,7 @@ class Ledger:
                 affected=tuple(targets),
                 reinstated=tuple(r.head.memory_id for r in reinstated),
                 earlier_versions=tuple(left),
+                rivals_reinstated=tuple(r.head.memory_id for r in rivals),
             )
 
         decision, positions = self._execute("erase", decide)
@@ -986,22 +998,33 @@ class Ledger:
             affected=decision.affected,
             reinstated=decision.reinstated,
             earlier_versions=decision.earlier_versions,
+            rivals_reinstated=decision.rivals_reinstated,
         )
 
     def _reinstate(
-        self, conn: psycopg.Connection, r: supersession.Reinstatement, now: datetime, corr: str, cause: str
+        self,
+        conn: psycopg.Connection,
+        head: state.MemoryHead,
+        now: datetime,
+        corr: str,
+        cause: str,
+        *,
+        replacement: str | None = None,
+        rival: str | None = None,
     ) -> MemoryReinstated:
-        """``MemoryReinstated`` for an earlier version whose replacement is erased: it
-        carries the memory's text and personal fields sealed under its current key, so a
-        store that dropped it rebuilds it from this event."""
-        head = r.head
+        """``MemoryReinstated`` for an earlier version whose ``replacement`` is erased, or
+        a claim whose last ``rival`` is erased (give one): it carries the memory's text and
+        personal fields sealed under its current key, so a store that dropped it rebuilds
+        it from this event."""
         assert head.sealed_content is not None  # only a memory that holds content is reinstated
         personal = state.personal_fields(conn, head.memory_id)
         event = MemoryReinstated(
             **self._envelope(head.subject_id, now, corr, causation_id=cause),
             memory_id=head.memory_id,
             revision=head.revision + 1,
-            replacement=r.replacement,
+            reason="replacement_erased" if rival is None else "rival_erased",
+            replacement=replacement,
+            rival=rival,
             content=head.sealed_content,
             content_hmac=next(iter(state.content_hmacs(conn, [head.memory_id])), None),
             personal=self._seal_personal(conn, head.subject_id, head.sealed_content.key_id, personal),

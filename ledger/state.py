@@ -120,6 +120,13 @@ CREATE TABLE IF NOT EXISTS ledger_schema_boundary (applied_at timestamptz NOT NU
 carried a turn or tool call id (``ledger.admission``: a retry changes nothing), and what
 an erasure did to earlier versions (``ledger.supersession``)."""
 
+RIVALS_SQL = """
+ALTER TABLE erasure_requests ADD COLUMN IF NOT EXISTS rivals_reinstated text[] NOT NULL DEFAULT '{}';
+CREATE TABLE IF NOT EXISTS ledger_schema_rivals (applied_at timestamptz NOT NULL DEFAULT now());
+"""
+"""The claims an erasure reinstated because it erased their last rival
+(``ledger.supersession.rivals_left``)."""
+
 SHREDDED_TABLES = ("ledger_memories", "memory_keys", "write_attempts", "memory_dlq")
 """The ledger's tables from which commands remove personal fields, data keys, attempt
 fingerprints or dead letters: their old row versions keep them in the table files until
@@ -183,6 +190,7 @@ def install(conn: psycopg.Connection) -> None:
     ensure_schema(conn, "ledger_schema_personal", PERSONAL_SQL)  # erasure forgets scope ids
     ensure_schema(conn, "ledger_memories_statement", STATEMENT_SQL)  # a batch asks for its statements at once
     ensure_schema(conn, "ledger_schema_boundary", BOUNDARY_SQL)
+    ensure_schema(conn, "ledger_schema_rivals", RIVALS_SQL)
 
 
 def _head(row: tuple[Any, ...]) -> MemoryHead:
@@ -395,6 +403,25 @@ def earlier_versions(conn: psycopg.Connection, memory_ids: Sequence[str]) -> lis
     if not memory_ids:
         return []
     return [str(r[0]) for r in _sql(conn, _EARLIER_SQL, {"ids": list(memory_ids)})]  # type: ignore[arg-type]
+
+
+def slot_heads(
+    conn: psycopg.Connection, subject_id: str, slots: Sequence[tuple[str, str, str, str]]
+) -> list[MemoryHead]:
+    """The subject's non-summary heads of any status in the given slots ``(purpose,
+    scope type, scope id, key)``, as last committed (no row lock, as ``read_heads``),
+    ordered by memory id. An erased head is in none: it forgot its key and scope id."""
+    if not slots:
+        return []
+    purposes, scope_types, scope_ids, keys = (list(column) for column in zip(*slots, strict=True))
+    return heads_where(
+        conn,
+        subject_id,
+        "kind <> 'summary' AND (purpose, scope_type, scope_id, key) IN"
+        " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]))",
+        (purposes, scope_types, scope_ids, keys),
+        lock=False,
+    )
 
 
 def lock_attempts(

@@ -1,10 +1,24 @@
-"""What an erasure does to the versions a memory superseded.
+"""What an erasure does to the versions a memory superseded, and to its rivals.
 
-A memory's earlier versions are the memories it superseded, directly or through a chain
-of supersessions (the head table links each superseded memory to the one that replaced
-it, ``superseded_by``). Erasing a memory leaves them, with their content, unless the
-erasure asks for its history too (``EraseMemories.with_history``). The rule for what
-they become (``reinstatements``):
+A memory's earlier versions (``earlier_of``) are:
+
+- the memories it superseded, directly or through a chain of supersessions (the head
+  table links each superseded memory to the one that replaced it, ``superseded_by``), of
+  any status;
+- the memories of its slot (same subject, purpose, scope and ``key``; not summaries)
+  recorded before it that were no longer live when it was written, so nothing linked
+  them to it, and that still hold content: a revoked one whose keys a consent grace
+  period keeps, one past its ``expires_at`` that no sweep has expired yet, one left
+  superseded by a memory that is not live any more (the earlier versions of a live
+  memory of the slot are that memory's, not its). "Before" is the ledger's order:
+  memory ids are UUIDv7s the ledger makes when it records a write, in time order (the
+  provenance ``written_at`` is the writer's word, not the ledger's). A live memory of the
+  slot is a rival claim (a conflict), not an earlier version;
+- and, in turn, the earlier versions of each of those.
+
+Erasing a memory leaves them, with their content, unless the erasure asks for its
+history too (``EraseMemories.with_history``): then every one is erased with it. The rule
+for what they become (``reinstatements``):
 
 - when a *live* memory (``active`` or ``needs_confirmation``) is erased, the nearest
   earlier version that is not erased, found by walking back from it through the versions
@@ -23,11 +37,20 @@ they become (``reinstatements``):
 The earlier versions that still hold content are recorded with the erasure request, and
 ``erase`` and ``trace`` list them, so that nobody believes an attribute forgotten while
 an older value of it is kept.
+
+A live memory erased while it was in conflict (``ConflictDetected``: the live claims of
+one slot, all ``needs_confirmation``) takes its dispute with it: when the erasure leaves
+its slot with one live claim of those it had, that claim is reinstated (``rivals_left``;
+``MemoryReinstated``, reason ``rival_erased``, naming the erased rival): still
+``needs_confirmation``, recalled only with unconfirmed memories until ``confirm`` makes
+it ``active``, but no longer stuck in a conflict that nothing lists any more. With two or
+more claims left the conflict stays open and ``conflicts`` lists it: nothing is
+reinstated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -51,7 +74,7 @@ def reinstatements(
     erased: Mapping[str, state.MemoryHead], earlier: Sequence[state.MemoryHead], now: datetime
 ) -> list[Reinstatement]:
     """Which of ``earlier`` (the heads of the erased memories' earlier versions, of any
-    status: ``state.earlier_versions``) are reinstated, by the rule of this module;
+    status: ``ledger.erasure.earlier_versions``) are reinstated, by the rule of this module;
     ``erased`` are the heads of the memories being erased, as they were before the
     erasure, and ``now`` is UTC. No I/O.
 
@@ -93,6 +116,112 @@ def _erased_live_successor(
                 return None  # a version that is not erased holds the slot (or an unknown one)
         link = later.superseded_by
     return None  # the chain ends (or loops) without a live memory of the request
+
+
+@dataclass(frozen=True)
+class RivalReinstatement:
+    """A claim left alone in its slot, still ``needs_confirmation``, because ``rival``,
+    a live claim of the same slot it was in conflict with, is erased."""
+
+    head: state.MemoryHead
+    rival: str
+
+
+def rivals_left(
+    erased: Mapping[str, state.MemoryHead], claims: Iterable[state.MemoryHead], now: datetime
+) -> list[RivalReinstatement]:
+    """Which live claims are reinstated because their rival is erased, by the rule of
+    this module: ``erased`` are the heads of the memories being erased, as they were
+    before the erasure; ``claims`` the live heads of the slots of the live ones among
+    them, as before the erasure (``ledger.erasure.slot_claims``: the erased included or
+    not); ``now`` is UTC. Per slot of an erased live memory: when exactly one claim is
+    left live and it awaits confirmation, it is reinstated, naming the first erased
+    rival (by memory id). Ordered by slot, then id. No I/O."""
+    gone: dict[tuple[str, str, str, str, str], list[str]] = {}
+    for h in erased.values():
+        slot = slot_of(h)
+        if slot is not None and _live(h, now):
+            gone.setdefault(slot, []).append(h.memory_id)
+    left: dict[tuple[str, str, str, str, str], dict[str, state.MemoryHead]] = {}
+    for h in claims:
+        slot = slot_of(h)
+        if slot in gone and h.memory_id not in erased and _live(h, now):
+            left.setdefault(slot, {})[h.memory_id] = h
+    out: list[RivalReinstatement] = []
+    for slot in sorted(gone):
+        alone = list(left.get(slot, {}).values())
+        if len(alone) == 1 and alone[0].status == "needs_confirmation" and alone[0].sealed_content is not None:
+            out.append(RivalReinstatement(alone[0], min(gone[slot])))
+    return out
+
+
+def earlier_of(named: Sequence[state.MemoryHead], candidates: Iterable[state.MemoryHead], now: datetime) -> list[str]:
+    """The ids of the earlier versions (by the rule of this module) of any of ``named``,
+    among ``candidates`` (heads of the same subject: those the chains and the slots of
+    ``named``, and of the earlier versions found, lead to), the ``named`` ids left out,
+    sorted; ``now`` is UTC. No I/O: the caller reads the candidates
+    (``ledger.erasure.earlier_versions``) until no new earlier version needs others."""
+    heads = {h.memory_id: h for h in candidates}
+    replaced: dict[str, list[str]] = {}
+    for h in heads.values():
+        if h.superseded_by is not None:
+            replaced.setdefault(h.superseded_by, []).append(h.memory_id)
+    named_ids = {h.memory_id for h in named}
+    found: set[str] = set()
+    frontier = list(named)
+    while frontier:
+        later = frontier.pop()
+        linked = replaced.get(later.memory_id, [])
+        unlinked = [h.memory_id for h in heads.values() if _left_in_slot(h, later, heads, now)]
+        for memory_id in (*linked, *unlinked):
+            if memory_id not in found and memory_id not in named_ids:
+                found.add(memory_id)
+                frontier.append(heads[memory_id])
+    return sorted(found)
+
+
+def slot_of(head: state.MemoryHead) -> tuple[str, str, str, str, str] | None:
+    """The slot of ``head`` (subject, purpose, scope type, scope id, key), or ``None`` for
+    a memory that has none: a summary, a memory without ``key``, an erased one (its head
+    forgot the key and scope id)."""
+    if head.kind == "summary" or head.key is None or head.scope_id is None:
+        return None
+    return (head.subject_id, head.purpose, head.scope_type, head.scope_id, head.key)
+
+
+def _left_in_slot(
+    head: state.MemoryHead, later: state.MemoryHead, heads: Mapping[str, state.MemoryHead], now: datetime
+) -> bool:
+    """``head`` is an earlier version of ``later`` that no link names: of its slot,
+    recorded before it, not live at ``now``, not erased, still holding content, and not
+    the earlier version of another live memory (a rival's history is the rival's)."""
+    slot = slot_of(head)
+    if slot is None or slot != slot_of(later) or head.memory_id >= later.memory_id:
+        return False
+    if head.status == "erased" or head.sealed_content is None or _live(head, now):
+        return False
+    return not _superseded_by_live(head, heads, now)
+
+
+def _superseded_by_live(head: state.MemoryHead, heads: Mapping[str, state.MemoryHead], now: datetime) -> bool:
+    """``head``'s later versions, followed through ``superseded_by`` links among
+    ``heads``, reach a live memory (an unknown one, or a loop, ends the walk: no)."""
+    seen = {head.memory_id}
+    link = head.superseded_by
+    while link is not None and link not in seen:
+        seen.add(link)
+        later = heads.get(link)
+        if later is None:
+            return False
+        if _live(later, now):
+            return True
+        link = later.superseded_by
+    return False
+
+
+def _live(head: state.MemoryHead, now: datetime) -> bool:
+    """``head`` may be used at ``now``: ``active`` or ``needs_confirmation``, not expired."""
+    return head.status in state.ACTIVE_STATUSES and (head.expires_at is None or head.expires_at > now)
 
 
 def holding_content(heads: Mapping[str, state.MemoryHead], memory_ids: Sequence[str]) -> list[str]:

@@ -352,7 +352,8 @@ class FactsProjection(base.TransactionalProjection):
 
     def _reinstated(self, batch: SqlBatch, e: MemoryReinstated) -> None:
         """The memory is live again, awaiting confirmation: no longer superseded and not
-        confirmed. Its row kept its content while it was superseded (a row whose text a
+        confirmed (a claim whose rival was erased was live already: it is no longer
+        disputed). Its row kept its content while it was superseded (a row whose text a
         replay could not open has none, and gets none here either: its key is gone)."""
         batch.execute(
             f"UPDATE {self.table} SET status = 'needs_confirmation', superseded_by = NULL, confirmed = false,"

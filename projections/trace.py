@@ -25,7 +25,9 @@ Two more things are reported, not judged (no supported path reads them), apart f
 applied the erasure (``applied``), else ``residue until compaction`` (``reported``): old
 row versions, index entries, WAL segments and dumps may still hold the bytes; and the
 earlier versions of the erased memories that the request left (``ledger.supersession``),
-with their state now: whether each still holds content and whether it was reinstated.
+with their state now: whether each still holds content and whether it was reinstated;
+and the claims it reinstated because it erased their last rival in a conflict, with their
+state now.
 """
 
 from __future__ import annotations
@@ -98,6 +100,17 @@ class EarlierVersion:
     reinstated: bool
 
 
+@dataclass(frozen=True)
+class ReinstatedRival:
+    """A claim the request reinstated because it erased the last other live claim of its
+    slot, a rival in conflict with it (``ledger.supersession.rivals_left``): its
+    ``status`` now and whether it still ``holds_content``."""
+
+    memory_id: str
+    status: str
+    holds_content: bool
+
+
 @dataclass
 class TraceReport:
     """Everything a compliance reviewer needs for one erasure request. Times are ISO
@@ -121,6 +134,7 @@ class TraceReport:
     fingerprints: int = 0
     with_history: bool = False
     earlier_versions: list[EarlierVersion] = field(default_factory=list)
+    rivals_reinstated: list[ReinstatedRival] = field(default_factory=list)
     disk: StoreTrace | None = None
     """Residue on disk (``applied``: compacted; ``reported``: until compaction); not in
     ``stores``, whose rows are the supported paths the verdict judges."""
@@ -223,7 +237,7 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         }
         source_ref = _source_ref(conn, request_id)
         purged = _dlq_purged(conn, request_id)
-        with_history, earlier = _earlier_versions(conn, request_id)
+        with_history, earlier, rivals = _earlier_versions(conn, request_id)
     report = TraceReport(
         request_id=request_id,
         subject_id=subject,
@@ -239,6 +253,7 @@ def trace(pool: ConnectionPool, request_id: str, targets: TraceTargets) -> Trace
         fingerprints=len(hmacs),
         with_history=with_history,
         earlier_versions=earlier,
+        rivals_reinstated=rivals,
     )
     found["vectors"], by_fingerprint["vectors"] = _probe_vectors(targets.index, subject, probed, set(hmacs), later)
     found["cache"], by_fingerprint["cache"] = _probe_cache(targets, subject, set(probed), set(hmacs), later)
@@ -289,17 +304,20 @@ def _probed_ids(
     return sorted(set(ids) | before), sorted(str(m) for m, _, after in rows if after)
 
 
-def _earlier_versions(conn: psycopg.Connection, request_id: str) -> tuple[bool, list[EarlierVersion]]:
-    """Whether the request erased the history too, and the earlier versions it left
-    (recorded at the request), with their state now."""
+def _earlier_versions(
+    conn: psycopg.Connection, request_id: str
+) -> tuple[bool, list[EarlierVersion], list[ReinstatedRival]]:
+    """Whether the request erased the history too, the earlier versions it left and the
+    rivals it reinstated (recorded at the request), with their state now."""
     row = conn.execute(
-        "SELECT with_history, reinstated, earlier_versions FROM erasure_requests WHERE request_id = %s",
+        "SELECT with_history, reinstated, earlier_versions, rivals_reinstated FROM erasure_requests"
+        " WHERE request_id = %s",
         (request_id,),
     ).fetchone()
     if row is None:
-        return False, []
-    with_history, reinstated, recorded = bool(row[0]), set(row[1]), list(row[2])
-    ids = list(dict.fromkeys([*recorded, *sorted(reinstated)]))
+        return False, [], []
+    with_history, reinstated, recorded, rivals = bool(row[0]), set(row[1]), list(row[2]), list(row[3])
+    ids = list(dict.fromkeys([*recorded, *sorted(reinstated), *rivals]))
     now = {
         str(r[0]): (str(r[1]), bool(r[2]))
         for r in conn.execute(
@@ -308,7 +326,8 @@ def _earlier_versions(conn: psycopg.Connection, request_id: str) -> tuple[bool, 
             (ids,),
         )
     }
-    return with_history, [EarlierVersion(m, *now.get(m, ("unknown", False)), m in reinstated) for m in ids]
+    earlier = [EarlierVersion(m, *now.get(m, ("unknown", False)), m in reinstated) for m in ids if m not in rivals]
+    return with_history, earlier, [ReinstatedRival(m, *now.get(m, ("unknown", False))) for m in rivals]
 
 
 def _disk_trace(conn: psycopg.Connection, stores: list[StoreTrace], requested_at: datetime) -> StoreTrace:
@@ -526,7 +545,8 @@ def render_text(report: TraceReport) -> str:
             f"{_dash(s.items_removed):>7} {_dash(s.latency_s):>9}  {s.probe}; {s.fingerprint_probe}"
         )
     notes = [rebuilt_note(s) for s in report.stores if s.rebuilt]
-    lines += ["", *notes, *([""] if notes else []), *earlier_lines(report), f"verdict: {report.verdict}"]
+    lines += ["", *notes, *([""] if notes else []), *earlier_lines(report), *rival_lines(report)]
+    lines.append(f"verdict: {report.verdict}")
     return "\n".join(lines)
 
 
@@ -550,6 +570,18 @@ def earlier_lines(report: TraceReport) -> list[str]:
         held = "holds content" if v.holds_content else "holds no content"
         why = "; reinstated: its replacement was erased" if v.reinstated else ""
         lines.append(f"  {v.memory_id}  {v.status}, {held}{why}")
+    return [*lines, ""]
+
+
+def rival_lines(report: TraceReport) -> list[str]:
+    """The claims the request reinstated because it erased their last rival, one line
+    each (none when it reinstated none)."""
+    if not report.rivals_reinstated:
+        return []
+    lines = ["claims reinstated because the request erased their last rival in a conflict:"]
+    for r in report.rivals_reinstated:
+        held = "holds content" if r.holds_content else "holds no content"
+        lines.append(f"  {r.memory_id}  {r.status}, {held}")
     return [*lines, ""]
 
 

@@ -81,6 +81,26 @@ def _earlier(report: TraceReport) -> list[str]:
     ]
 
 
+def _rivals(report: TraceReport) -> list[str]:
+    """The claims the request reinstated because it erased their last rival
+    (``id="rivals"``); nothing when it reinstated none."""
+    if not report.rivals_reinstated:
+        return []
+    rows = [
+        f'<tr data-memory="{_v(r.memory_id)}" data-holds-content="{str(r.holds_content).lower()}">'
+        f"<td><code>{_v(r.memory_id)}</code></td><td>{_v(r.status)}</td>"
+        f"<td>{'yes' if r.holds_content else 'no'}</td></tr>"
+        for r in report.rivals_reinstated
+    ]
+    return [
+        "<h2>Claims reinstated because their last rival was erased</h2>",
+        f'<table id="rivals" data-rivals="{len(rows)}"><thead><tr><th>Memory</th><th>Status now</th>',
+        "<th>Holds content</th></tr></thead><tbody>",
+        *rows,
+        "</tbody></table>",
+    ]
+
+
 def render_html(report: TraceReport) -> str:
     """The report as one HTML5 document (UTF-8, no external resources)."""
     request_rows = [
@@ -115,6 +135,7 @@ def render_html(report: TraceReport) -> str:
         "</tbody></table>",
         *(f'<p class="note" data-rebuilt="{_v(s.store)}">{_v(rebuilt_note(s))}</p>' for s in rebuilt),
         *_earlier(report),
+        *_rivals(report),
         f'<p class="note">{escape(_NOTE)}</p>',
         "</body></html>",
     ]

@@ -10,7 +10,8 @@ of its subject, known to the ledger's heads or not: ``base.whole_subject_erasure
 one in a detected conflict keeps it with status ``needs_confirmation`` (so recall's status
 filter leaves it out unless unconfirmed memories are asked for), and a reinforcement only
 bumps its revision. A memory reinstated after its replacement was erased
-(``MemoryReinstated``) gets its point back, embedded from the text the event carries.
+(``MemoryReinstated``) gets its point back, embedded from the text the event carries; a
+claim reinstated because its rival in a conflict was erased gets its point made anew so.
 
 **Two steps: in log order, then embedding.** Applying a batch in log order is fast: it
 reads the batch's current points (and queued writes) once, folds the events over them in

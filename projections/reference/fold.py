@@ -69,8 +69,8 @@ What each event does (for each memory of the event that passes the revision rule
   from the new personal fields). ``MemoryConfirmed`` and ``ConflictDetected`` set a
   point's status and revision, ``MemoryReinforced`` its revision. ``MemoryReinstated``
   of a readable memory that is not a summary makes the point again (its replacement's
-  supersession deleted it) from the state, text, fingerprint and personal fields the
-  event carries. ``MemorySuperseded``,
+  supersession deleted it; a claim reinstated because its rival was erased has its point
+  made anew) from the state, text, fingerprint and personal fields the event carries. ``MemorySuperseded``,
   ``ConsentRevoked``, ``RetentionExpired`` and ``ErasureRequested`` delete it.
 - summaries (one row per stored summary): ``SummaryDerived`` stores the summary when
   neither it nor any of its sources is tombstoned and its text and personal fields open

@@ -9,15 +9,17 @@ from datetime import UTC, datetime
 import pytest
 
 from ledger.errors import InvalidCommandError
+from ledger.service import CommandResult
 from projections.conflicts import Conflict, ConflictMember
 from projections.erasure_report import ErasureReport, ErasureSummary
 from projections.recall import RecallResult
-from projections.trace import StoreTrace, TraceReport, render_text
+from projections.trace import ReinstatedRival, StoreTrace, TraceReport, render_text
+from projections.trace_html import render_html
 from projections.wording import counted, one_line
 from tests.builders import recall_item
 from workers.cli.data import render_conflicts
 from workers.cli.recall_text import render_recall, utc_text
-from workers.cli.root import check_erase_selection, erase_target
+from workers.cli.root import _describe_erasure, _result, check_erase_selection, erase_target
 
 # -- erase's arguments --------------------------------------------------------------------
 
@@ -86,6 +88,26 @@ def _trace(memory_ids: list[str]) -> TraceReport:
 def test_trace_text_counts_its_memories_in_the_singular_and_plural() -> None:
     assert render_text(_trace(["m-1"])).splitlines()[0] == "erasure er-1  subject alice  (memories, 1 memory)"
     assert render_text(_trace(["m-1", "m-2"])).splitlines()[0].endswith("(memories, 2 memories)")
+
+
+def test_trace_text_and_html_list_the_claims_reinstated_because_their_rival_was_erased() -> None:
+    report = _trace(["m-1"])
+    assert "rival" not in render_text(report) and 'id="rivals"' not in render_html(report)
+    report.rivals_reinstated = [ReinstatedRival("m-2", "needs_confirmation", True)]
+    text = render_text(report).splitlines()
+    at = text.index("claims reinstated because the request erased their last rival in a conflict:")
+    assert text[at + 1] == "  m-2  needs_confirmation, holds content" and text[-1] == "verdict: complete"
+    html = render_html(report)
+    assert '<table id="rivals" data-rivals="1">' in html and '<tr data-memory="m-2" data-holds-content="true">' in html
+
+
+def test_erase_says_which_claim_it_reinstated_because_it_erased_its_rival() -> None:
+    r = CommandResult((), (), request_id="er-1", affected=("m-1",), rivals_reinstated=("m-2",))
+    assert _result(r)["rivals_reinstated"] == ["m-2"]
+    assert _describe_erasure(r, "alice").splitlines()[1] == (
+        "memory m-2: the rival it was in conflict with was erased; it is no longer disputed"
+        " and needs confirmation (memledger confirm)"
+    )
 
 
 def _summary(request_id: str) -> ErasureSummary:

@@ -237,10 +237,13 @@ EVENT_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {
         **_envelope(),
     ),
     MemoryReinstated: st.builds(
-        MemoryReinstated,
+        lambda erased, **fields: MemoryReinstated(**erased, **fields),
         memory_id=memory_ids,
         revision=later_revisions,
-        replacement=memory_ids,
+        erased=st.one_of(
+            memory_ids.map(lambda m: {"reason": "replacement_erased", "replacement": m}),
+            memory_ids.map(lambda m: {"reason": "rival_erased", "rival": m}),
+        ),
         content=sealed_texts,
         personal=sealed_texts,
         content_hmac=st.none() | ids,
@@ -1112,3 +1115,35 @@ def test_a_time_as_text_is_iso_8601_utc_with_z_as_the_http_api_writes_it() -> No
     assert iso_utc(moment) == TypeAdapter(AwareDatetime).dump_python(moment.astimezone(UTC), mode="json")
     with pytest.raises(ValueError, match="naive"):
         iso_utc(datetime(2026, 12, 2, 7, 3, 6))
+
+
+def _reinstatement(**fields: Any) -> dict[str, Any]:
+    sealed = {"key_id": "k", "nonce": "AAAAAAAAAAAAAAAA", "ciphertext": "A" * 24}
+    state = {"status": "needs_confirmation", "kind": "fact", "purpose": "p", "scope_type": "subject"}
+    return _event(revision=3, content=sealed, personal=sealed, state=state, **fields)
+
+
+OTHER = str(uuid.UUID(int=7))
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({}, "replacement"),
+        ({"reason": "rival_erased"}, "rival"),
+        ({"reason": "rival_erased", "replacement": OTHER}, "rival"),
+        ({"replacement": OTHER, "rival": OTHER}, "rival"),
+        ({"reason": "rival_erased", "rival": OTHER, "replacement": OTHER}, "replacement"),
+    ],
+)
+def test_a_reinstatement_names_the_erased_memory_in_the_field_its_reason_says(
+    fields: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        MemoryReinstated(**_reinstatement(**fields))
+    _assert_names_field(info.value, named)
+
+
+def test_a_reinstatement_for_an_erased_rival_names_the_rival() -> None:
+    event = MemoryReinstated(**_reinstatement(reason="rival_erased", rival=OTHER))
+    assert (event.reason, event.rival, event.replacement, event.schema_version) == ("rival_erased", OTHER, None, 2)

@@ -17,6 +17,7 @@ from contracts import (
     Envelope,
     Event,
     MemoryConfirmed,
+    MemoryReinstated,
     MemoryWritten,
     UnknownEventError,
     UpcastError,
@@ -196,3 +197,45 @@ def test_a_version_1_write_reads_as_unscreened() -> None:
     redacted = {**envelope, "type": "MemoryRedacted", "revision": 2, "fields": ["content"], "content": sealed}
     decoded = decode_event(json.dumps(redacted).encode())
     assert decoded.type == "MemoryRedacted" and decoded.screening is None and decoded.schema_version == 2
+
+
+REINSTATED_V1 = {
+    "event_id": "e",
+    "schema_version": 1,
+    "type": "MemoryReinstated",
+    "occurred_at": "2026-01-01T00:00:00Z",
+    "subject_id": "alice",
+    "producer": "p",
+    "correlation_id": "c",
+    "memory_id": "00000000-0000-0000-0000-000000000001",
+    "revision": 3,
+    "replacement": "00000000-0000-0000-0000-000000000002",
+    "content": {"key_id": "k", "nonce": "AAAAAAAAAAAAAAAA", "ciphertext": "A" * 24},
+    "personal": {"key_id": "k", "nonce": "AAAAAAAAAAAAAAAA", "ciphertext": "A" * 24},
+    "state": {"status": "needs_confirmation", "kind": "fact", "purpose": "p", "scope_type": "subject"},
+}
+
+
+def test_a_version_1_reinstatement_reads_as_its_replacement_erased_with_no_rival() -> None:
+    """``MemoryReinstated`` v1 knew one reason; v2 adds ``rival_erased`` and ``rival``."""
+    assert SCHEMA_VERSIONS["MemoryReinstated"] == 2
+    for raw in (REINSTATED_V1, {k: v for k, v in REINSTATED_V1.items() if k != "schema_version"}):
+        decoded = decode_event(json.dumps(raw).encode())
+        assert isinstance(decoded, MemoryReinstated) and decoded.schema_version == 2
+        assert (decoded.reason, decoded.replacement, decoded.rival) == (
+            "replacement_erased",
+            "00000000-0000-0000-0000-000000000002",
+            None,
+        )
+
+
+def test_a_reader_of_version_1_refuses_a_reinstatement_for_an_erased_rival() -> None:
+    """An older reader stops at a version-2 reinstatement (``rival_erased``) with a reason
+    naming the versions instead of misreading it."""
+    rival = {**REINSTATED_V1, "schema_version": 2, "reason": "rival_erased", "replacement": None}
+    rival["rival"] = "00000000-0000-0000-0000-000000000003"
+    decoded = decode_event(json.dumps(rival).encode())
+    assert isinstance(decoded, MemoryReinstated) and decoded.rival == rival["rival"]
+    old_reader = UpcasterRegistry({**SCHEMA_VERSIONS, "MemoryReinstated": 1})
+    with pytest.raises(UpcastError, match="MemoryReinstated v2 is newer than this reader's v1"):
+        old_reader.upcast(json.loads(json.dumps(rival)))

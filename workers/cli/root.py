@@ -102,7 +102,11 @@ def _result(r: CommandResult) -> dict[str, object]:
     if r.first_event_ids:
         out["first_event_ids"] = list(r.first_event_ids)
     if r.request_id is not None:
-        out |= {"reinstated": list(r.reinstated), "earlier_versions": list(r.earlier_versions)}
+        out |= {
+            "reinstated": list(r.reinstated),
+            "earlier_versions": list(r.earlier_versions),
+            "rivals_reinstated": list(r.rivals_reinstated),
+        }
     screening = r.screening
     if screening is not None:
         out["screening"] = screening.model_dump(mode="json")
@@ -380,15 +384,19 @@ def erase(
     with_history: Annotated[
         bool,
         typer.Option(
-            "--with-history", help="also erase every earlier version: each memory they superseded, through any chain"
+            "--with-history",
+            help="also erase every earlier version: each memory they superseded, through any chain, and each"
+            " memory of their key recorded before them, no longer live, that still holds content",
         ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Erase memories of SUBJECT (and everything derived from them): by id, --all, or
     --source REF; prints the request id. Without --with-history the earlier versions they
-    superseded stay: those still holding content are listed, and one whose replacement
-    was live is live again, awaiting confirmation."""
+    superseded (and the earlier memories of their key) stay: those still holding content
+    are listed, and one whose replacement was live is live again, awaiting confirmation; a
+    claim left alone in its key by the erasure of its rival in a conflict awaits
+    confirmation, no longer disputed."""
     who, ids = erase_target(arguments or (), subject_opt)
     check_erase_selection(who, ids, whole_subject, source)
     cmd = EraseMemories(
@@ -414,6 +422,11 @@ def _describe_erasure(r: CommandResult, subject: str) -> str:
     ]
     for mid in r.reinstated:
         lines.append(f"memory {mid}: its replacement was erased; it needs confirmation again (memledger confirm)")
+    for mid in r.rivals_reinstated:
+        lines.append(
+            f"memory {mid}: the rival it was in conflict with was erased; it is no longer disputed"
+            " and needs confirmation (memledger confirm)"
+        )
     if r.earlier_versions:
         ids = " ".join(r.earlier_versions)
         lines.append(

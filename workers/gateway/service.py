@@ -765,6 +765,7 @@ def ack(r: CommandResult) -> wire.CommandAck:
         screening=None if screening is None else wire.ScreeningOut.model_validate(screening.model_dump(mode="json")),
         reinstated=list(r.reinstated),
         earlier_versions=list(r.earlier_versions),
+        rivals_reinstated=list(r.rivals_reinstated),
     )
 
 

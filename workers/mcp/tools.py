@@ -149,7 +149,11 @@ def build_tools(backend_of: BackendOf) -> list[Tool]:
         reason: Annotated[str, Field(min_length=1, max_length=512)] = "erasure requested by the subject",
         confirm: Annotated[bool, Field(description="must be true: the erasure cannot be undone")] = False,
         with_history: Annotated[
-            bool, Field(description="also erase every earlier version they superseded, through any chain")
+            bool,
+            Field(
+                description="also erase every earlier version: those they superseded, through any chain, and the"
+                " earlier memories of their key, no longer live, that still hold content"
+            ),
         ] = False,
     ) -> wire.CommandAck:
         """Erase memories of the subject, and everything derived from them, for good:
@@ -157,7 +161,8 @@ def build_tools(backend_of: BackendOf) -> list[Tool]:
         confirm=true; returns the erasure's request_id, which trace follows store by store.
         Without with_history an earlier version whose replacement is erased awaits
         confirmation again (listed in reinstated); those still holding content are listed
-        in earlier_versions."""
+        in earlier_versions; a claim left alone in its key by the erasure of its rival in a
+        conflict awaits confirmation, no longer disputed (listed in rivals_reinstated)."""
         if not confirm:
             raise InvalidRequestError(
                 "confirm", "must be true: forget erases the memories and what was derived from them, irreversibly"

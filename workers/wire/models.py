@@ -125,7 +125,9 @@ class Erase(Request):
     """Erase memories of the URL's subject, and everything derived from them: exactly one
     of ``memory_ids``, ``whole_subject`` or ``source`` (a turn id, tool call id or
     source reference their provenance names). ``with_history``: also every earlier
-    version they superseded, directly or through a chain."""
+    version: those they superseded, directly or through a chain, and the memories of their
+    key recorded before them, no longer live, that still hold content
+    (``ledger.supersession``)."""
 
     memory_ids: list[str] = Field(default_factory=list, max_length=1000)
     whole_subject: bool = False
@@ -217,7 +219,9 @@ class CommandAck(Response):
     attempt's), a confirmation of a confirmed memory, a withdrawal already made.
     ``screening``: what screening decided for the text written or redacted. An erasure's
     ``reinstated`` are the earlier versions made ``needs_confirmation`` again because
-    their replacement was erased, ``earlier_versions`` those still holding content."""
+    their replacement was erased, ``earlier_versions`` those still holding content,
+    ``rivals_reinstated`` the claims reinstated (``needs_confirmation``) because the
+    erasure removed the last other live claim of their slot, a rival in conflict."""
 
     memory_id: str | None = None
     request_id: str | None = None
@@ -230,6 +234,7 @@ class CommandAck(Response):
     screening: ScreeningOut | None = None
     reinstated: list[str] = Field(default_factory=list)
     earlier_versions: list[str] = Field(default_factory=list)
+    rivals_reinstated: list[str] = Field(default_factory=list)
 
 
 class BatchAck(Response):
@@ -392,10 +397,20 @@ class EarlierVersionOut(Response):
     reinstated: bool
 
 
+class ReinstatedRivalOut(Response):
+    """A claim the request reinstated because it erased its last rival in a conflict:
+    its status now and whether it still holds content."""
+
+    memory_id: str
+    status: str
+    holds_content: bool
+
+
 class TraceOut(Response):
     """Where an erasure request was applied, store by store, with live probes, and the
     verdict (``complete``, ``pending``, ``failed``). ``with_history``: the request erased
-    the earlier versions too; ``earlier_versions``: those it left; ``disk``: residue on
+    the earlier versions too; ``earlier_versions``: those it left; ``rivals_reinstated``:
+    the claims it reinstated because it erased their last rival; ``disk``: residue on
     disk (``applied``: compacted at ``applied_at``; ``reported``: until ``memledger
     compact``), reported beside the stores, not judged by the verdict."""
 
@@ -415,6 +430,7 @@ class TraceOut(Response):
     fingerprints: int = 0
     with_history: bool = False
     earlier_versions: list[EarlierVersionOut] = Field(default_factory=list)
+    rivals_reinstated: list[ReinstatedRivalOut] = Field(default_factory=list)
     disk: StoreTraceOut | None = None
 
 
