@@ -102,6 +102,17 @@ SUMMARISER_WRITER = "memledger.summariser"
 
 
 
+REFS_PER_SWEEP_EVENT = 5_000
+"""Memories one ``RetentionExpired`` of a sweep lists at most (about 330 KB, under
+``MAX_EVENT_BYTES``): a sweep that expires more at once appends several, so it is never
+refused for its size."""
+
+
+def _parts(refs: tuple[MemoryRef, ...]) -> list[tuple[MemoryRef, ...]]:
+    """``refs`` in consecutive parts of ``REFS_PER_SWEEP_EVENT`` at most."""
+    return [refs[i : i + REFS_PER_SWEEP_EVENT] for i in range(0, len(refs), REFS_PER_SWEEP_EVENT)]
+
+
 def _check_sizes(command: str, events: Sequence[Event], encoded: Sequence[bytes]) -> None:
     """Refuse a command one of whose events is over ``MAX_EVENT_BYTES`` once encoded (an
     erasure or revocation of very many memories: each adds about 66 bytes to the list of
@@ -1348,10 +1359,13 @@ class Ledger:
             state.bump(conn, ref.memory_id, ref.revision, "expired")
         self._destroy_keys(conn, [h.memory_id for h in heads], now)
         corr = new_id()
-        event = RetentionExpired(**self._envelope(subject_id, now, corr), affected=affected, reason="expires_at")
+        expired: list[Event] = [
+            RetentionExpired(**self._envelope(subject_id, now, corr), affected=part, reason="expires_at")
+            for part in _parts(affected)
+        ]
         invalid = {h.memory_id for h in heads}
         cascaded = [s for s in summaries if s.memory_id not in ids]
-        return [event, *self._regenerate(conn, cascaded, invalid, now, corr, event.event_id)]
+        return [*expired, *self._regenerate(conn, cascaded, invalid, now, corr, expired[0].event_id)]
 
     def _end_grace(self, conn: psycopg.Connection, subject_id: str, now: datetime) -> list[Event]:
         revoked = state.heads_where(conn, subject_id, "status = 'revoked' AND keys_destroyed_at IS NULL", ())
@@ -1366,8 +1380,10 @@ class Ledger:
         for ref in affected:
             state.bump(conn, ref.memory_id, ref.revision)
         self._destroy_keys(conn, [h.memory_id for h in due], now)
+        corr = new_id()
         return [
-            RetentionExpired(**self._envelope(subject_id, now, new_id()), affected=affected, reason="consent_grace")
+            RetentionExpired(**self._envelope(subject_id, now, corr), affected=part, reason="consent_grace")
+            for part in _parts(affected)
         ]
 
     def _vacuum_keys(self) -> None:

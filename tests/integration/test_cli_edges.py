@@ -369,9 +369,11 @@ def test_a_replay_stopped_by_an_unreadable_erasure_says_the_version_stays_buildi
         " resume it from its positions once the cause is fixed, or `memledger retire facts --version 2`"
     )
     code, out, _ = run("versions", "--json")
-    assert code == 0 and {"id": "facts_v2", "state": "building"}.items() <= next(
-        v for v in json.loads(out) if v["id"] == "facts_v2"
-    ).items()
+    assert (
+        code == 0
+        and {"id": "facts_v2", "state": "building"}.items()
+        <= next(v for v in json.loads(out) if v["id"] == "facts_v2").items()
+    )
 
 
 def test_a_store_that_cannot_be_reached_exits_1_with_one_line(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -391,3 +391,25 @@ def test_a_summary_is_not_recalled_while_a_source_is_disputed_or_expired(svc: Se
     svc.ledger.write(p, doc("Alice lives in Berlin", "doc-2"))  # disputes the summary's source
     svc.catch_up()
     assert summary not in recall_ids(svc, "Paris moving house")
+
+
+def test_a_sweep_of_many_memories_appends_them_in_parts_and_expires_all(
+    svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from contracts import RetentionExpired
+    from ledger import service
+
+    monkeypatch.setattr(service, "REFS_PER_SWEEP_EVENT", 2)  # as 5,000 keeps an event under its limit
+    p = svc.principal()
+    retention = {"expires_at": later(1), "basis": "session"}
+    ids = {svc.ledger.write(p, memory_write("cleo", f"Cleo note {i}", retention=retention)).memory_id for i in range(5)}
+    (result,) = svc.ledger.sweep(p, utc_now() + timedelta(days=2))
+    expired = [e for e in result.events if isinstance(e, RetentionExpired)]
+    assert [len(e.affected) for e in expired] == [2, 2, 1]
+    assert set(result.affected) == ids
+    svc.catch_up()
+    with svc.pool.connection() as conn:
+        statuses = conn.execute("SELECT status FROM facts_v1 WHERE subject_id = 'cleo'").fetchall()
+    assert statuses == [("expired",)] * 5
