@@ -503,6 +503,26 @@ def _republish_tombstones(pool: ConnectionPool, tombstone_log: TombstoneLog) -> 
     return len(rows)
 
 
+def republish_tombstones(settings: Settings) -> int:
+    """Fill a tombstone topic just made by ``memledger topics create`` from the ledger's
+    ``tombstones`` table (``_republish_tombstones``): a process that finds the topic there
+    does not, so without this a deleted topic made again by hand would stay empty.
+    Returns how many were published (0 before the ledger's tables exist).
+
+    Raises:
+        psycopg.OperationalError, EventLogError: PostgreSQL or Kafka did not answer.
+    """
+    from ledger.tombstone_log import KafkaTombstoneLog
+
+    assert settings.kafka_bootstrap is not None and settings.postgres_dsn is not None
+    with ConnectionPool(settings.postgres_dsn, min_size=1, max_size=1, open=True, timeout=30) as pool:
+        tombstone_log = KafkaTombstoneLog(settings.kafka_bootstrap, topic=settings.tombstone_topic)
+        try:
+            return _republish_tombstones(pool, tombstone_log)
+        finally:
+            tombstone_log.close()
+
+
 def build(
     settings: Settings | None = None,
     *,

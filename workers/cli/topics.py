@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ledger import topics
-from workers.bootstrap import topic_specs
+from workers.bootstrap import republish_tombstones, topic_specs
 from workers.cli.util import emit
 from workers.settings import Settings
 
@@ -75,10 +75,13 @@ def check(as_json: JsonOpt = False) -> None:
 @topics_app.command("create")
 def create(as_json: JsonOpt = False) -> None:
     """Create the missing topics with the settings the ledger needs (an existing topic is
-    never changed), then check them all as ``topics check`` does."""
+    never changed), then check them all as ``topics check`` does. A tombstone topic it
+    creates gets every tombstone of the ledger's table (MEMLEDGER_POSTGRES_DSN)."""
     settings = _settings()
     assert settings.kafka_bootstrap is not None
     created = topics.create_missing(settings.kafka_bootstrap, topic_specs(settings), settings.partitions)
+    if settings.tombstone_topic in created and settings.postgres_dsn is not None:
+        republish_tombstones(settings)  # a new tombstone topic starts with every tombstone, not empty
     rows, wrong = _report(settings, created)
     emit(as_json, rows, lambda: _render(rows))
     if wrong:
