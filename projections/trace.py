@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import psycopg
+import redis
 from psycopg_pool import ConnectionPool
 
 from contracts import iso_utc
@@ -508,23 +509,36 @@ def _probe_cache(
     """(cached items of the erased ids, or for a whole subject (``later`` not ``None``)
     every cached item of the subject but those of the memories written after the erasure,
     in every entry under the subject's key prefix, listed or not; cached items whose text
-    has an erased fingerprint)."""
+    has an erased fingerprint). An entry that is not a recall result (unreadable, or of
+    another shape) counts as one copy found: it may hold anything. ``(None, None)`` when
+    Redis does not answer (unknown, not absent)."""
     cache = targets.cache
     if cache is None:
         return None, None
+    by_id = by_fp = 0
+    spared = set(later or ()) - ids
     try:
-        by_id = by_fp = 0
-        spared = set(later or ()) - ids
         keys = cache.entries(subject) if later is None else cache.all_entries(subject)
         for key in keys:
-            for item in cache.get(key) or []:
+            try:
+                entry = cache.get(key)
+            except ValueError:  # not JSON
+                by_id += 1
+                continue
+            if entry is not None and not isinstance(entry, list):
+                by_id += 1
+                continue
+            for item in entry or []:
+                if not isinstance(item, dict) or not isinstance(item.get("memory_id"), str):
+                    by_id += 1
+                    continue
                 mid = item.get("memory_id")
                 by_id += mid in ids or (later is not None and mid not in spared)
                 if targets.fingerprint is not None and isinstance(item.get("content"), str):
                     by_fp += targets.fingerprint(item["content"]) in hmacs
-        return by_id, (by_fp if targets.fingerprint is not None else None)
-    except Exception:  # the store is down: unknown, not absent
+    except redis.RedisError:
         return None, None
+    return by_id, (by_fp if targets.fingerprint is not None else None)
 
 
 def render_text(report: TraceReport) -> str:

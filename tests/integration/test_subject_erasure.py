@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from contracts import EraseMemories, utc_now
 from projections.trace import trace
 from tests.builders import memory_write
@@ -86,3 +88,17 @@ def test_trace_of_a_whole_subject_finds_rows_under_ids_the_log_never_held_and_sp
     assert report.verdict == "complete", [(s.store, s.status, s.probe) for s in report.stores]
     empty = svc.ledger.erase(p, EraseMemories(subject_id="gus", whole_subject=True, reason="once more"))
     assert empty.request_id is not None and empty.affected == ()
+
+
+@pytest.mark.parametrize("entry", ['{"x": 1}', "not json", "[1, 2]", '[{"content": "no id"}]'])
+def test_a_cache_entry_trace_cannot_read_is_a_copy_found_not_an_unreachable_store(svc: Services, entry: str) -> None:
+    p = svc.principal()
+    svc.ledger.write(p, memory_write("hal", "Hal likes sailing"))
+    r = svc.ledger.erase(p, EraseMemories(subject_id="hal", whole_subject=True, reason="asked"))
+    svc.catch_up()
+    assert r.request_id is not None and svc.cache is not None
+    svc.cache.client.set(svc.cache.entry_key("hal", {"left": entry}), entry)
+    report = trace(svc.pool, r.request_id, svc.trace_targets())
+    cache = next(s for s in report.stores if s.store == "cache")
+    assert cache.status == "failed" and cache.probe_found is not None and cache.probe_found >= 1, cache
+    assert report.verdict == "failed"

@@ -241,3 +241,18 @@ def test_conflicts_text_shows_invisible_and_control_characters_escaped() -> None
     text = render_conflicts([conflict], "alice")
     assert "key b\\u202eidi" in text and "claim C \\u202eRLO\\r" in text and "doc\\u2067x" in text
     assert not any(ch in text for ch in "\u202e\u2067\r")
+
+
+def test_a_store_failure_of_several_lines_is_said_in_one() -> None:
+    import psycopg
+
+    from workers.cli.root import _describe
+
+    lost = psycopg.OperationalError(
+        "consuming input failed: server closed the connection unexpectedly\n"
+        "\tThis probably means the server terminated abnormally\n\tbefore or while processing the request."
+    )
+    assert _describe(lost) == (
+        "consuming input failed: server closed the connection unexpectedly This probably means the server"
+        " terminated abnormally before or while processing the request."
+    )

@@ -545,12 +545,15 @@ def _store_failed(exc: BaseException) -> bool:
 def _describe(exc: BaseException) -> str:
     """One line for a user error, ``field: rule`` in the CLI's names
     (``workers.gateway.fields``); a file error names the file and what went wrong
-    (``path: cannot be opened or written: No such file or directory``)."""
+    (``path: cannot be opened or written: No such file or directory``). A message of
+    several lines (libpq's, for a connection lost) is joined into one."""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
-        return f"{exc.filename}: cannot be opened or written: {exc.strerror}"
-    if isinstance(exc, InvalidCommandError | NotAuthorisedError | GatewayError):
-        return ": ".join(fields.refusal(exc.field, exc.rule, "cli"))
-    return fields.line(str(exc), "cli")
+        text = f"{exc.filename}: cannot be opened or written: {exc.strerror}"
+    elif isinstance(exc, InvalidCommandError | NotAuthorisedError | GatewayError):
+        text = ": ".join(fields.refusal(exc.field, exc.rule, "cli"))
+    else:
+        text = fields.line(str(exc), "cli")
+    return " ".join(text.split())
 
 
 def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int:
