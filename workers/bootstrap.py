@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool
 from ledger import topics
 from ledger.crypto import Keyring, new_master_key, parse_master_key
 from ledger.dead_letters import DeadLetterProbe, ErasureScope, probe_kafka_dlq, probe_postgres_dlq
+from ledger.errors import TopicMisconfiguredError
 from ledger.eventlog import DeadLetterQueue, EventLog
 from ledger.policy import load_policy
 from ledger.principals import GrantsFile, Principal, resolve_principal
@@ -464,14 +465,17 @@ def topic_specs(settings: Settings) -> list[topics.TopicSpec]:
     ]
 
 
-def prepare_topics(settings: Settings, *, create: bool) -> list[str]:
+def prepare_topics(settings: Settings, *, create: bool, tolerate: bool = False) -> list[str]:
     """Check the distributed mode's topics of ``settings`` (``ledger.topics.prepare``),
     creating the missing ones when ``create``; returns the names created. A topic made so
     is said out loud (a warning): a mistyped ``MEMLEDGER_*_TOPIC`` makes a new, empty one.
+    ``tolerate``: a topic that exists with a wrong setting is logged as a warning instead
+    (for the commands that show what is wrong, ``lag`` and ``dlq``).
 
     Raises:
         TopicMisconfiguredError: a topic is missing (and not ``create``) or one of its
-            settings differs (names the topic and the setting).
+            settings differs (names the topic and the setting; with ``tolerate``, only
+            a missing topic).
     """
     assert settings.kafka_bootstrap is not None
     specs = topic_specs(settings)
@@ -480,7 +484,14 @@ def prepare_topics(settings: Settings, *, create: bool) -> list[str]:
         log.warning(
             "topic %s was missing: created it (memledger topics create makes the topics before any process)", name
         )
-    topics.prepare(settings.kafka_bootstrap, specs, settings.partitions, create=False)
+    try:
+        topics.prepare(settings.kafka_bootstrap, specs, settings.partitions, create=False)
+    except TopicMisconfiguredError as exc:
+        if not tolerate or exc.setting == "exists":
+            raise
+        found = topics.describe(settings.kafka_bootstrap, [s.name for s in specs])
+        for problem in (p for spec in specs for p in topics.problems(spec, found[spec.name])):
+            log.warning("%s (the ledger refuses to start on it; shown here so that it can be fixed)", problem)
     return created
 
 
@@ -529,6 +540,7 @@ def build(
     own_vectors: bool = True,
     projections: tuple[str, ...] = PROJECTION_NAMES,
     create_topics: bool = True,
+    tolerate_topic_problems: bool = False,
 ) -> Services:
     """Build every adapter for ``settings`` (default: from the environment).
 
@@ -536,7 +548,8 @@ def build(
     the vectors worker); otherwise it queries the owner over HTTP. In the distributed mode
     the topics are checked first (``ledger.topics.prepare``): missing ones are created when
     ``create_topics`` (a worker passes False: it never creates one), and a topic with the
-    wrong settings is refused. Raises whatever the adapters raise when a service is
+    wrong settings is refused (logged only, with ``tolerate_topic_problems``: the
+    read-only commands that show the backlog such a topic causes). Raises whatever the adapters raise when a service is
     unreachable (``EventLogError``, psycopg errors) and ``TopicMisconfiguredError``.
     """
     settings = settings or Settings()
@@ -557,7 +570,7 @@ def build(
         if settings.mode == "distributed":
             from ledger.kafka_log import KafkaDeadLetterQueue, KafkaEventLog
 
-            created = prepare_topics(settings, create=create_topics)
+            created = prepare_topics(settings, create=create_topics, tolerate=tolerate_topic_problems)
             assert settings.kafka_bootstrap is not None
             event_log = KafkaEventLog(
                 settings.kafka_bootstrap,

@@ -87,7 +87,7 @@ def lag(as_json: JsonOpt = False) -> None:
     outbox, distributed mode)."""
     from workers.gateway.positions import lag as lag_of
 
-    with services(own_vectors=False) as svc:
+    with services(own_vectors=False, tolerate_topic_problems=True) as svc:  # a wrong topic setting: shown, not fatal
         report = lag_of(svc)
     emit(as_json, report, lambda: _lag_text(report["projections"], report["outbox"]))
 
@@ -119,7 +119,7 @@ def dlq(limit: int = 20, as_json: JsonOpt = False) -> None:
     (never dead-lettered, never skipped)."""
     from projections import stalls
 
-    with services(own_vectors=False, projections=()) as svc:
+    with services(own_vectors=False, projections=(), tolerate_topic_problems=True) as svc:
         letters = svc.dlq.list(limit)
         with svc.pool.connection() as conn:
             stopped = [s.to_dict() for s in stalls.stalled(conn)]

@@ -49,17 +49,22 @@ def settings() -> Settings:
 
 
 @contextmanager
-def services(own_vectors: bool | None = None, projections: tuple[str, ...] = PROJECTION_NAMES) -> Iterator[Services]:
+def services(
+    own_vectors: bool | None = None,
+    projections: tuple[str, ...] = PROJECTION_NAMES,
+    tolerate_topic_problems: bool = False,
+) -> Iterator[Services]:
     """Build services for one command and close them afterwards. In embedded mode the
     process owns every store; in distributed mode the CLI reads vectors from the server
-    or from the vectors worker."""
+    or from the vectors worker. ``tolerate_topic_problems``: a topic's wrong setting is a
+    warning, not a refusal (``workers.bootstrap.build``)."""
     if _SHARED:  # inside memledger serve: its open stores, acting as this command's principal
         shared = _SHARED[0]
         yield replace(shared, settings=shared.settings.model_copy(update={"principal": settings().principal}))
         return
     cfg = settings()
     own = cfg.mode == "embedded" if own_vectors is None else own_vectors
-    svc = build(cfg, own_vectors=own, projections=projections)
+    svc = build(cfg, own_vectors=own, projections=projections, tolerate_topic_problems=tolerate_topic_problems)
     try:
         yield svc
     finally:
