@@ -116,8 +116,9 @@ class AcknowledgementLostError(LedgerError):
     events to the log once it accepts them, in order (another process's relay may already
     have), and every store then follows. Do not
     run the command again (it would be recorded twice); ``event_ids`` are its events (and
-    ``event_types`` their types, in the same order), and ``memory_id`` / ``request_id``
-    what it produced (as ``CommandResult`` would have)."""
+    ``event_types`` their types, in the same order), and ``memory_id`` / ``request_id``,
+    ``affected``, ``reinstated``, ``earlier_versions`` and ``rivals_reinstated`` what it
+    produced (as ``CommandResult`` would have)."""
 
     def __init__(
         self,
@@ -127,6 +128,10 @@ class AcknowledgementLostError(LedgerError):
         memory_id: str | None = None,
         request_id: str | None = None,
         event_types: tuple[str, ...] = (),
+        affected: tuple[str, ...] = (),
+        reinstated: tuple[str, ...] = (),
+        earlier_versions: tuple[str, ...] = (),
+        rivals_reinstated: tuple[str, ...] = (),
     ) -> None:
         produced = f"; request {request_id}" if request_id else f"; memory {memory_id}" if memory_id else ""
         super().__init__(
@@ -140,6 +145,10 @@ class AcknowledgementLostError(LedgerError):
         self.event_types = event_types
         self.memory_id = memory_id
         self.request_id = request_id
+        self.affected = affected
+        self.reinstated = reinstated
+        self.earlier_versions = earlier_versions
+        self.rivals_reinstated = rivals_reinstated
 
 
 class OutcomeUnknownError(LedgerError):

@@ -1147,7 +1147,16 @@ class Ledger:
         )
         event_types = tuple(e.type for e in decision.events)
         return AcknowledgementLostError(
-            command, reason, event_ids, decision.memory_id, decision.request_id, event_types=event_types
+            command,
+            reason,
+            event_ids,
+            decision.memory_id,
+            decision.request_id,
+            event_types=event_types,
+            affected=decision.affected,
+            reinstated=decision.reinstated,
+            earlier_versions=decision.earlier_versions,
+            rivals_reinstated=decision.rivals_reinstated,
         )
 
     def _abandon(self, conn: psycopg.Connection) -> None:

@@ -36,6 +36,18 @@ def test_a_recorded_command_whose_acknowledgement_was_lost_is_acknowledged_as_pe
     assert [(e.event_id, e.type) for e in out.events] == [("e1", "MemoryWritten"), ("e2", "MemoryConfirmed")]
 
 
+def test_a_pending_erasure_still_says_what_it_reached() -> None:
+    def run() -> CommandResult:
+        raise AcknowledgementLostError(
+            "erase", "broker refused", ("e1",), request_id="er-1", event_types=("ErasureRequested",),
+            affected=("m1", "m2"), reinstated=("m0",), earlier_versions=("m3",), rivals_reinstated=("m4",),
+        )  # fmt: skip
+
+    out = recorded(run)
+    assert out.pending and out.request_id == "er-1" and out.affected == ["m1", "m2"]
+    assert (out.reinstated, out.earlier_versions, out.rivals_reinstated) == (["m0"], ["m3"], ["m4"])
+
+
 def test_a_command_acknowledged_by_the_log_is_not_pending() -> None:
     out = recorded(lambda: CommandResult(events=(), positions=(), memory_id="m1"))
     assert not out.pending and out.memory_id == "m1"

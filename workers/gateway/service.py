@@ -733,7 +733,15 @@ def recorded(run: Callable[[], CommandResult]) -> wire.CommandAck:
         return ack(run())
     except AcknowledgementLostError as exc:
         return wire.CommandAck(
-            memory_id=exc.memory_id, request_id=exc.request_id, events=_event_refs(exc), positions=[], pending=True
+            memory_id=exc.memory_id,
+            request_id=exc.request_id,
+            affected=list(exc.affected),
+            events=_event_refs(exc),
+            positions=[],
+            pending=True,
+            reinstated=list(exc.reinstated),
+            earlier_versions=list(exc.earlier_versions),
+            rivals_reinstated=list(exc.rivals_reinstated),
         )
 
 
