@@ -166,6 +166,44 @@ def test_ttl_settings_the_ledger_does_not_honour_are_refused(config: Any, field:
     assert refused.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("config", "field", "rule"),
+    [
+        (5, "ttl", "must be a TTLConfig (a mapping), not int"),
+        ({"foo": 1}, "ttl.foo", "is not a TTLConfig setting"),
+    ],
+)
+def test_a_ttl_config_that_is_not_one_is_refused_naming_the_field(config: Any, field: str, rule: str) -> None:
+    with pytest.raises(InvalidValueError) as refused:
+        ttl_config(config)
+    assert refused.value.field == field and rule in refused.value.rule
+
+
+@pytest.mark.parametrize("size", ["x", None, True, 1.5, 0, 70_000])
+def test_a_value_size_limit_that_is_not_a_whole_number_in_range_is_refused(size: Any) -> None:
+    with pytest.raises(InvalidValueError) as refused:
+        LedgerStore("http://127.0.0.1:9", "t", max_value_bytes=size)
+    assert refused.value.field == "max_value_bytes" and "whole number between 1 and" in refused.value.rule
+
+
+def test_the_servers_refusal_of_a_label_names_the_namespace_label_it_came_from() -> None:
+    for field, named in (("memories.0.purpose", "namespace[1]"), ("memories.0.subject_id", "namespace[0]")):
+        with pytest.raises(InvalidRequest) as refused:
+            Scripted(unprocessable(field, "holds a secret (AWS Access Key): ...")).run(
+                [PutOp(("a", "p"), "x", {"v": 1})]
+            )
+        assert refused.value.field == named
+    personal = unprocessable(
+        "memories.0.key",
+        "holds personal data (phone number): a key names an attribute, it is listed and shown wherever the memory is;"
+        " put personal data in the content, where screening raises the memory's class",
+    )
+    with pytest.raises(InvalidRequest) as refused:
+        Scripted(personal).run([PutOp(("a", "p"), "+44 20 7946 0958", {"v": 1})])
+    assert refused.value.field == "key" and "put personal data in the content" not in refused.value.rule
+    assert "namespace below the purpose and the item's key" in refused.value.rule
+
+
 def test_the_store_reads_without_refreshing_and_refuses_an_index_of_its_own() -> None:
     assert ttl_config({"default_ttl": 60}) == {"refresh_on_read": False, "omit_expired": True, "default_ttl": 60}
     with pytest.raises(InvalidValueError, match=r"ttl.default_ttl: must be more than 0 minutes"):
@@ -456,6 +494,10 @@ def test_a_memory_without_the_items_source_is_no_item_since_a_delete_would_not_r
         (SearchOp(("a", "p"), filter={"a": object()}), "filter.a", "a value of type object is not JSON"),
         (SearchOp(("a", "p"), filter={"a": {"$eq": float("nan")}}), "filter.a.$eq", "nan is not a JSON number"),
         (SearchOp(("a", "p"), filter={"a": [{"$ne": object()}]}), "filter.a[0].$ne", "not JSON"),
+        (SearchOp(("a", "p"), query=123), "query", "must be a string, not int"),  # type: ignore[arg-type]
+        (SearchOp(("a", "p"), query=["a"]), "query", "must be a string, not list"),  # type: ignore[arg-type]
+        (ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("a",)),), max_depth=1.5), "max_depth", "1.5"),  # type: ignore[arg-type]
+        (ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("a",)),), max_depth=True), "max_depth", "True"),
     ],
 )
 def test_input_python_would_choke_on_is_refused_naming_the_field(op: Any, field: str, rule: str) -> None:

@@ -406,6 +406,8 @@ def _prepare(op: Op, cfg: Config) -> _Step:
         _bound("limit", op.limit)
         _bound("offset", op.offset)
         filters.check(op.filter)
+        if op.query is not None and not isinstance(op.query, str):
+            raise InvalidValueError("query", f"must be a string, not {type(op.query).__name__}")
         if op.query and len(op.query) > MAX_QUERY_CHARS:
             raise InvalidValueError("query", f"must be at most {MAX_QUERY_CHARS} characters")
         if op.query and op.offset + op.limit > RECALL_TOP:
@@ -418,8 +420,10 @@ def _prepare(op: Op, cfg: Config) -> _Step:
     if isinstance(op, ListNamespacesOp):
         _bound("limit", op.limit)
         _bound("offset", op.offset)
-        if op.max_depth is not None and op.max_depth < 1:
-            raise InvalidValueError("max_depth", "must be 1 or more")
+        if op.max_depth is not None and (
+            isinstance(op.max_depth, bool) or not isinstance(op.max_depth, int) or op.max_depth < 1
+        ):
+            raise InvalidValueError("max_depth", f"must be a whole number, 1 or more, not {op.max_depth!r}")
         prefixes = [c for c in op.match_conditions or () if c.match_type == "prefix"]
         if not prefixes:
             raise NamespaceError("prefix", "must name the subject first: (subject_id, ...); subjects are not listed")
@@ -477,9 +481,17 @@ def put_field(field: str, rule: str) -> tuple[str, str]:
     made of it, its ``key`` the put's ``key``; a missing ``consent_ref`` is the
     ``value`` too (screening found personal data in it, which makes the memory
     ``personal``, and the store writes no consent reference: the store's class is
-    ``internal`` or ``public``, which need none); other fields as the server names them."""
+    ``internal`` or ``public``, which need none); the memory's ``subject_id`` and
+    ``purpose`` are the namespace's first two labels, its ``key`` the labels below them
+    and the item's key together (a label's personal data has no other place in this store:
+    the advice to put it in the content is dropped); other fields as the server names them."""
     if field == "content":
         return "value", rule
+    if field in ("subject_id", "purpose", "key"):
+        rule = rule.split("; put personal data in the content")[0]
+        if field == "key":
+            return "key", f"{rule} (the memory's key is made of the namespace below the purpose and the item's key)"
+        return ("namespace[0]" if field == "subject_id" else "namespace[1]"), rule
     if field in ("consent_ref", "provenance.consent_ref"):
         return "value", f"{rule}; the store writes no consent reference, so a value may not hold personal data"
     if field in ("expires_at", "retention.expires_at"):

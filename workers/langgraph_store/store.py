@@ -11,7 +11,7 @@ import asyncio
 import functools
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
@@ -107,8 +107,14 @@ class LedgerStore(BaseStore):
                 f"{sensitivity} memories need a consent reference, which the store does not write;"
                 f" use {' or '.join(WRITABLE_CLASSES)}",
             )
-        if not 1 <= max_value_bytes <= values.CONTENT_MAX_CHARS:
-            raise InvalidValueError("max_value_bytes", f"must be between 1 and {values.CONTENT_MAX_CHARS}")
+        if (
+            isinstance(max_value_bytes, bool)
+            or not isinstance(max_value_bytes, int)
+            or not 1 <= max_value_bytes <= values.CONTENT_MAX_CHARS
+        ):
+            raise InvalidValueError(
+                "max_value_bytes", f"must be a whole number between 1 and {values.CONTENT_MAX_CHARS}"
+            )
         if not 0 <= wait_timeout_s <= 60:
             raise InvalidValueError("wait_timeout_s", "must be between 0 and 60 seconds")
         if agent is not None:
@@ -207,9 +213,17 @@ def ttl_config(given: TTLConfig | None) -> TTLConfig:
     Raises:
         UnsupportedError: ``refresh_on_read`` true, ``omit_expired`` false, or
             ``sweep_interval_minutes`` given.
-        InvalidValueError: a ``default_ttl`` that is not a positive number of minutes.
+        InvalidValueError: not a mapping, a key ``TTLConfig`` does not have, or a
+            ``default_ttl`` that is not a positive number of minutes.
     """
     given = given or {}
+    if not isinstance(given, Mapping):
+        raise InvalidValueError("ttl", f"must be a TTLConfig (a mapping), not {type(given).__name__}")
+    unknown = sorted(str(k) for k in given if k not in TTLConfig.__annotations__)
+    if unknown:
+        raise InvalidValueError(
+            f"ttl.{unknown[0]}", f"is not a TTLConfig setting (those are {', '.join(TTLConfig.__annotations__)})"
+        )
     if given.get("refresh_on_read"):
         raise UnsupportedError("ttl.refresh_on_read", "reading never extends a memory's life in this ledger")
     if given.get("omit_expired") is False:
