@@ -66,10 +66,16 @@ _ASCII_EMAIL = re.compile(
 )
 """An ASCII address inside a candidate that is not valid as a whole (letters of a word
 before it: ``联系jane@example.com``)."""
-_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
-"""13 to 19 digits, maybe grouped by spaces or hyphens, not part of a word (a UUID holds
-such runs: 4264-b466-739692214448)."""
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+_CARD = re.compile(r"(?<![^\W_])(?<!-)\d(?:[ \t\r\n-]{0,3}\d){12,18}(?![^\W_])(?!-)")
+"""13 to 19 digits, maybe grouped by white space (up to three characters of it: a double
+space, a line break) or hyphens, not part of a word or number (a UUID holds such runs:
+4264-b466-739692214448); an underscore before or after does not hide it (card_4111...)."""
+_CARD_DOTTED = re.compile(r"(?<![^\W_])(?<![.-])\d{4}(?:\.\d{4}){2}\.\d{1,7}(?![^\W_])(?![.-])")
+"""A card number grouped by dots: groups of four (the last of one to seven), so that a
+decimal number (3.14159265358979) is not read as one."""
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+"""An IBAN candidate, in either case (its check digits are validated on the upper-cased
+form, ISO 13616)."""
 _ISSUER_MII = frozenset("23456")
 """First digits (major industry identifiers, ISO/IEC 7812-1) of payment card issuers:
 2 and 5 Mastercard, 3 travel and entertainment (American Express, JCB, Diners), 4 Visa,
@@ -267,9 +273,10 @@ class Screener:
         if "phone_number" in detectors:
             yield from ("phone_number" for _ in _phone_spans(text, self.policy.personal.phone_regions))
         if "payment_card_number" in detectors:
-            yield from ("payment_card_number" for m in _CARD.finditer(text) if _is_card(m.group(0)))
+            for pattern in (_CARD, _CARD_DOTTED):
+                yield from ("payment_card_number" for m in pattern.finditer(text) if _is_card(m.group(0)))
         if "iban" in detectors:
-            yield from ("iban" for m in _IBAN.finditer(text) if iban.is_valid(m.group(0)))
+            yield from ("iban" for m in _IBAN.finditer(text) if iban.is_valid(m.group(0).upper()))
 
 
 # -- detection ----------------------------------------------------------------------------
@@ -455,5 +462,5 @@ def _phone_spans(text: str, regions: tuple[str, ...]) -> set[tuple[int, int]]:
 
 
 def _is_card(candidate: str) -> bool:
-    digits = re.sub(r"[ -]", "", candidate)
+    digits = re.sub(r"[\s.-]", "", candidate)
     return 13 <= len(digits) <= 19 and digits[0] in _ISSUER_MII and luhn.is_valid(digits)

@@ -10,7 +10,9 @@ personal data cannot hide behind an encoding:
   applies to object keys and values alike, and to such strings inside any text;
 - its normalised form (of the unescaped form, when there is one): each character
   replaced by its Unicode compatibility form (NFKC, Unicode Standard Annex #15: the
-  fullwidth ``U+FF47`` reads ``g``), the invisible characters removed and the blank ones
+  fullwidth ``U+FF47`` reads ``g``), every decimal digit of another script read as its
+  ASCII digit (the Arabic-Indic ``U+0664`` reads ``4``: NFKC keeps it), the invisible
+  characters removed and the blank ones
   read as a space (``_changes``). The mapping is made character by character, so that
   each character of the form knows the one it came from.
 
@@ -235,7 +237,8 @@ def normalised(base: View) -> View | None:
 def _changes(text: str) -> dict[int, str]:
     """What normalisation does to the characters of ``text``, by code point: an
     invisible character (a Default_Ignorable_Code_Point, or a format character: category
-    ``Cf``) becomes nothing, a blank one (``_BLANKS``) a space, another its NFKC form
+    ``Cf``) becomes nothing, a decimal digit of any script its ASCII digit, a blank one
+    (``_BLANKS``) a space, another its NFKC form
     where that differs (no NFKC form holds an invisible character but those of U+3164
     and U+FFA0, themselves invisible). ASCII is its own normal form."""
     out: dict[int, str] = {}
@@ -246,6 +249,8 @@ def _changes(text: str) -> dict[int, str]:
             continue
         if is_ignorable(ch) or unicodedata.category(ch) == "Cf":
             form = ""
+        elif unicodedata.decimal(ch, None) is not None:  # a decimal digit of any script: ٤ reads 4
+            form = str(unicodedata.decimal(ch))
         else:
             form = _BLANKS.get(ord(ch)) or unicodedata.normalize("NFKC", ch)
         if form != ch:

@@ -64,6 +64,13 @@ PERSONAL = [
     ("her mobile is (415) 555-2671", "phone_number"),
     ("card 4111 1111 1111 1111, exp 12/29", "payment_card_number"),
     ("pay to DE89 3704 0044 0532 0130 00", "iban"),
+    ("iban de89 3704 0044 0532 0130 00", "iban"),  # lower case
+    ("iban gb82west12345698765432", "iban"),
+    ("card 4111  1111  1111  1111", "payment_card_number"),  # double spaces
+    ("card 4111.1111.1111.1111", "payment_card_number"),
+    ("card 4111 1111\n1111 1111", "payment_card_number"),  # a line break between groups
+    ("card_4111111111111111", "payment_card_number"),
+    ("card " + " ".join(["\u0664\u0661\u0661\u0661"] + ["\u0661" * 4] * 3), "payment_card_number"),  # Arabic-Indic
 ]
 
 EVASIONS = [  # a secret split by an invisible character, or spelt with a compatibility one
@@ -107,6 +114,9 @@ ORDINARY = [
     "Uses a secret santa list and a private key ring for the office",
     "Zoë prefers café au lait and the \ufb01le names in \uff46\uff55\uff4c\uff4c\uff57\uff49\uff44\uff54\uff48 letters",
     "Zero\u200bwidth spaces and soft\u00adhyphens stay as written",
+    "pi is 3.14159265358979 and e is 2.71828182845904",
+    "versions 4111.1111.1111.1111.2 and 1.2.3 were built",
+    "the run ids are 4111-1111-1111-1111-abcd and abc_def",
 ]
 
 
