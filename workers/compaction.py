@@ -35,7 +35,12 @@ def compact_targets(svc: Services, lock_timeout_s: float, vectors_unreachable: s
             tables.append(embedding_queue.table_name(info.version))
             name = versions.collection_name(info.version)
             if svc.settings.qdrant_url or (vectors_unreachable is None and svc.stores.owns(info.version)):
-                indexes.append(svc.stores.index(info.version))
+                index = svc.stores.index(info.version)
+                if not svc.settings.qdrant_url and info.embedder is not None:
+                    # a local index opened here for the first time knows its dimension only so
+                    # (a version this process never applied: the previous one, after a replay)
+                    index.ensure_collection(svc.stores.embedder(info.embedder.name).dim)
+                indexes.append(index)
             else:
                 why = vectors_unreachable or "owned by the vectors worker"
                 indexes.append((name, f"{why}: stop it and run compact again"))

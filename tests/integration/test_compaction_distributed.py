@@ -57,10 +57,12 @@ def kafka_log_dirs(bootstrap: str) -> list[Path]:
     return dirs
 
 
+@pytest.mark.parametrize("engine", ["client", "edge"])
 def test_after_compact_the_servers_files_of_this_deployment_hold_no_erased_text(
-    tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: str, redis_client: Any
+    tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: str, redis_client: Any, engine: str
 ) -> None:
     settings = distributed_settings(tmp_path, kafka_bootstrap, fresh_dsn, redis_url)
+    settings = settings.model_copy(update={"vector_engine": engine})
     svc = build(settings)
     try:
         p = svc.principal()
@@ -87,6 +89,8 @@ def test_after_compact_the_servers_files_of_this_deployment_hold_no_erased_text(
 
         for name in ("facts", "vectors", "cache", "summaries"):  # version 2 serves; version 1 stays, previous
             rebuild(svc, name)
+        svc.close()
+        svc = build(settings)  # as `memledger compact` does: a process that opens version 1's index first here
         report = compact(svc.pool, compact_targets(svc, 5.0), "cp-test")
         steps = {(s.store, s.target): s.status for s in report.steps}
         for table in ("ledger_memories", "facts_v1", "facts_v2", "summaries_v1", "summaries_v2"):
