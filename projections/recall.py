@@ -459,7 +459,7 @@ class Recall:
         if missing:
             rows = rows.merged(self._rows(missing, params, queries, embedder))
         items = _assemble(wanted, rows)
-        return within_budget(items, lambda i: sum(m.tokens for m in i.members()), k, max_tokens)
+        return within_budget(items, _cost, k, max_tokens, _shrunk)
 
     def _rows(
         self, members: Sequence[Candidate], params: dict[str, Any], queries: RecallQueries, embedder: Embedder | None
@@ -609,3 +609,23 @@ def _cached_candidate(cached: dict[str, Any]) -> Candidate:
         score=float(cached["score"]),
         matched_by=list(cached["matched_by"]),
     )
+
+
+def _cost(item: RecallItem) -> int:
+    """The tokens of ``item`` with the sources grouped under it."""
+    return sum(m.tokens for m in item.members())
+
+
+def _shrunk(item: RecallItem, left: int) -> RecallItem | None:
+    """``item`` in ``left`` tokens when it does not fit whole: a summary with as many of
+    its grouped sources as fit, best first; when the summary alone is too long, its best
+    grouped source that fits, in its place; ``None`` when nothing of it fits."""
+    if item.tokens <= left:
+        kept: list[RecallItem] = []
+        room = left - item.tokens
+        for source in item.grouped:
+            if source.tokens <= room:
+                kept.append(source)
+                room -= source.tokens
+        return replace(item, grouped=kept)
+    return next((replace(s, grouped=[]) for s in item.grouped if s.tokens <= left), None)

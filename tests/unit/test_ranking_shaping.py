@@ -14,7 +14,7 @@ from projections.ranking.budget import within_budget
 from projections.ranking.config import RANKER_NAMES, RankingConfig
 from projections.ranking.mmr import mmr
 from projections.ranking.shaping import RECENCY, Weibull, importance, shaping_factor
-from tests.builders import candidate
+from tests.builders import candidate, recall_item
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -89,3 +89,22 @@ def test_only_and_without_switch_rankers_and_keep_their_weights() -> None:
     assert "vector" not in config.without("vector").enabled()
     assert RankingConfig(weights={"fts": 0.0, "vector": 1.0}).enabled() == ("vector",)
     assert config.fingerprint()["weights"] == dict(sorted(config.weights.items()))
+
+
+def test_a_better_item_too_long_with_what_it_carries_is_taken_smaller_before_a_worse_one() -> None:
+    cost = {"a": 50, "a'": 20, "b": 30}.__getitem__
+    smaller = {"a": "a'"}.get
+    assert within_budget(["a", "b"], cost, k=10, max_tokens=40, shrink=lambda i, left: smaller(i)) == ["a'"]
+    assert within_budget(["a", "b"], cost, k=10, max_tokens=60, shrink=lambda i, left: smaller(i)) == ["a"]
+
+
+def test_a_summary_keeps_the_grouped_sources_that_fit_or_gives_its_place_to_its_best_source() -> None:
+    from projections.recall import _shrunk
+
+    sources = [recall_item("s1", tokens=17), recall_item("s2", tokens=40), recall_item("s3", tokens=10)]
+    summary = recall_item("sum", kind="summary", tokens=146, grouped=sources)
+    fit = _shrunk(summary, 180)
+    assert fit is not None and fit.memory_id == "sum" and [s.memory_id for s in fit.grouped] == ["s1", "s3"]
+    alone = _shrunk(summary, 60)
+    assert alone is not None and alone.memory_id == "s1" and alone.grouped == []
+    assert _shrunk(summary, 5) is None
