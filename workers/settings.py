@@ -23,6 +23,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from projections.ranking.config import DEFAULT_WEIGHTS, RANKER_NAMES, FtsScoring, RankingConfig
 
+MAX_RECALL_WEIGHT = 1000.0
+"""The largest weight of one ranker: weights are relative (reciprocal rank fusion sums
+``weight / (k + rank)``), and an infinite or huge one makes every score infinite."""
+
 
 class Settings(BaseSettings):
     """All configuration; every field can be set as ``MEMLEDGER_<FIELD>``."""
@@ -114,8 +118,10 @@ class Settings(BaseSettings):
         unknown = sorted(set(weights) - set(RANKER_NAMES))
         if unknown:
             raise ValueError(f"unknown ranker(s) {unknown}; known: {', '.join(RANKER_NAMES)}")
-        if any(not w >= 0 for w in weights.values()):
-            raise ValueError("every weight must be >= 0")
+        if any(not 0 <= w <= MAX_RECALL_WEIGHT for w in weights.values()):
+            raise ValueError(f"every weight must be between 0 and {MAX_RECALL_WEIGHT:g} (a finite number)")
+        if not any(w > 0 for w in weights.values()):
+            raise ValueError(f"give at least one ranker a weight above 0 ({', '.join(RANKER_NAMES)}): none recalls")
         return weights
 
     def ranking(self) -> RankingConfig:

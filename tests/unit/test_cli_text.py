@@ -256,3 +256,32 @@ def test_a_store_failure_of_several_lines_is_said_in_one() -> None:
         "consuming input failed: server closed the connection unexpectedly This probably means the server"
         " terminated abnormally before or while processing the request."
     )
+
+
+def test_recall_weights_must_be_finite_and_turn_at_least_one_ranker_on() -> None:
+    from pydantic import ValidationError
+
+    from workers.settings import Settings
+
+    for weights, rule in (
+        ({"fts": float("inf")}, "between 0 and 1000"),
+        ({"fts": 1e308}, "between 0 and 1000"),
+        ({}, "at least one ranker"),
+        ({"fts": 0.0, "vector": 0.0}, "at least one ranker"),
+    ):
+        with pytest.raises(ValidationError, match=rule):
+            Settings(recall_weights=weights)
+    assert Settings(recall_weights={"fts": 2.0}).recall_weights == {"fts": 2.0}
+
+
+def test_a_setting_that_is_not_json_is_named_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic_settings import SettingsError
+
+    from workers.cli.root import _describe
+    from workers.settings import Settings
+
+    monkeypatch.setenv("MEMLEDGER_RECALL_WEIGHTS", '{"fts": 1')
+    with pytest.raises(SettingsError) as refused:
+        Settings()
+    said = _describe(refused.value)
+    assert said == "MEMLEDGER_RECALL_WEIGHTS: not valid JSON (this setting is a JSON object or list)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ import psycopg
 import typer
 import typer.exceptions
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -516,6 +518,9 @@ _OUTCOME_EXIT: dict[type[Exception], int] = {NotWrittenError: 1, Acknowledgement
 1 not written (safe to run again), 3 written with the acknowledgement lost (do not run it
 again), 4 outcome unknown."""
 
+_UNPARSED_SETTING = re.compile(r'error parsing value for field "(\w+)" from source "EnvSettingsSource"')
+"""pydantic-settings' message for an environment variable its JSON decoder refused."""
+
 _USER_ERRORS = (
     LedgerError,
     GatewayError,
@@ -547,7 +552,10 @@ def _describe(exc: BaseException) -> str:
     (``workers.gateway.fields``); a file error names the file and what went wrong
     (``path: cannot be opened or written: No such file or directory``). A message of
     several lines (libpq's, for a connection lost) is joined into one."""
-    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+    unparsed = _UNPARSED_SETTING.fullmatch(str(exc)) if isinstance(exc, SettingsError) else None
+    if unparsed is not None:  # pydantic-settings names neither the variable nor the rule
+        text = f"MEMLEDGER_{unparsed[1].upper()}: not valid JSON (this setting is a JSON object or list)"
+    elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.filename}: cannot be opened or written: {exc.strerror}"
     elif isinstance(exc, InvalidCommandError | NotAuthorisedError | GatewayError):
         text = ": ".join(fields.refusal(exc.field, exc.rule, "cli"))
