@@ -22,7 +22,8 @@ def unfrozen() -> Iterator[None]:
 def test_settle_freezes_what_exists_and_later_objects_are_collected_as_before(unfrozen: None) -> None:
     kept = [[n] for n in range(1000)]
     frozen = settle()
-    assert frozen == gc.get_freeze_count() >= len(kept)
+    # at least what this test keeps (another thread of the session may freeze or free meanwhile)
+    assert frozen >= len(kept) and gc.get_freeze_count() >= len(kept)
     seen = {id(o) for o in gc.get_objects()}  # what collections walk: the frozen are not among them
     assert all(gc.is_tracked(o) and id(o) not in seen for o in kept)
     cycle: list[object] = []
