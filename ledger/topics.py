@@ -39,6 +39,9 @@ MIN_MESSAGE_BYTES = 1_048_576
 own limit (kafka-python's ``max_request_size`` default, 1 MiB), so a record the producer
 sends is never refused by the topic for its size (Kafka's default is 1 048 588)."""
 
+TAKES_RECORDS = {"max.message.bytes": MIN_MESSAGE_BYTES}
+"""The minimum the events and tombstone topics must meet (``TopicSpec.minimums``)."""
+
 
 @dataclass(frozen=True)
 class TopicSpec:
@@ -55,25 +58,13 @@ class TopicSpec:
 
 def events_topic(name: str, partitions: int) -> TopicSpec:
     """The events topic: infinite retention, no compaction, ``partitions`` partitions."""
-    return TopicSpec(
-        name,
-        "events",
-        partitions,
-        {"cleanup.policy": "delete", **KEEP_FOR_EVER},
-        {"max.message.bytes": MIN_MESSAGE_BYTES},
-    )
+    return TopicSpec(name, "events", partitions, {"cleanup.policy": "delete", **KEEP_FOR_EVER}, dict(TAKES_RECORDS))
 
 
 def tombstone_topic(name: str) -> TopicSpec:
     """The tombstone topic: compacted, infinite retention (any partition count: its
     readers read every partition)."""
-    return TopicSpec(
-        name,
-        "tombstones",
-        None,
-        {"cleanup.policy": "compact", **KEEP_FOR_EVER},
-        {"max.message.bytes": MIN_MESSAGE_BYTES},
-    )
+    return TopicSpec(name, "tombstones", None, {"cleanup.policy": "compact", **KEEP_FOR_EVER}, dict(TAKES_RECORDS))
 
 
 def dlq_topic(name: str) -> TopicSpec:

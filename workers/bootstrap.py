@@ -19,7 +19,6 @@ from psycopg_pool import ConnectionPool
 from ledger import topics
 from ledger.crypto import Keyring, new_master_key, parse_master_key
 from ledger.dead_letters import DeadLetterProbe, ErasureScope, probe_kafka_dlq, probe_postgres_dlq
-from ledger.errors import TopicMisconfiguredError
 from ledger.eventlog import DeadLetterQueue, EventLog
 from ledger.policy import load_policy
 from ledger.principals import GrantsFile, Principal, resolve_principal
@@ -484,14 +483,12 @@ def prepare_topics(settings: Settings, *, create: bool, tolerate: bool = False) 
         log.warning(
             "topic %s was missing: created it (memledger topics create makes the topics before any process)", name
         )
-    try:
-        topics.prepare(settings.kafka_bootstrap, specs, settings.partitions, create=False)
-    except TopicMisconfiguredError as exc:
-        if not tolerate or exc.setting == "exists":
-            raise
-        found = topics.describe(settings.kafka_bootstrap, [s.name for s in specs])
-        for problem in (p for spec in specs for p in topics.problems(spec, found[spec.name])):
-            log.warning("%s (the ledger refuses to start on it; shown here so that it can be fixed)", problem)
+    found = topics.describe(settings.kafka_bootstrap, [s.name for s in specs])
+    wrong = [p for spec in specs for p in topics.problems(spec, found[spec.name])]
+    if wrong and (not tolerate or wrong[0].setting == "exists"):
+        raise wrong[0]
+    for problem in wrong:
+        log.warning("%s (the ledger refuses to start on it; shown here so that it can be fixed)", problem)
     return created
 
 
