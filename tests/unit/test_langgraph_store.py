@@ -344,9 +344,20 @@ def test_a_delete_is_an_erasure_by_the_items_source_and_nothing_left_is_no_error
     assert server.receipts == [
         ErasureReceipt(("a", "p", "n"), "x", "er-1", ("m1", "m2"), (wire.LogPosition(partition=0, offset=9),))
     ]
-    refused = Forbidden(403, wire.Problem(title="Forbidden", status=403, detail="x", field="subject_id", rule="..."))
-    with pytest.raises(Forbidden):
+    no_grant = wire.Problem(
+        title="Forbidden", status=403, detail="subject_id: no grant", field="subject_id", rule="no grant"
+    )
+    refused = Forbidden(403, no_grant)
+    with pytest.raises(Forbidden) as delete:
         Scripted(refused).run([PutOp(("a", "p"), "x", None)])
+    assert (delete.value.field, delete.value.problem.detail) == ("namespace[0]", "namespace[0]: no grant")
+    with pytest.raises(Forbidden) as search:  # the second operation: named in its place
+        Scripted(wire.MemoryPage(memories=[]), refused).run([GetOp(("b", "p"), "x"), SearchOp(("a", "p"))])
+    assert search.value.field == "ops[1].namespace_prefix[0]"
+    listing = ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("a",)),))
+    with pytest.raises(Forbidden) as listed:
+        Scripted(refused).run([listing])
+    assert listed.value.field == "prefix[0]" and listed.value.rule == "no grant"
 
 
 def unprocessable(field: str, rule: str) -> InvalidRequest:
@@ -430,7 +441,8 @@ def test_a_write_whose_answer_was_lost_is_in_doubt_and_a_read_refused_after_writ
     with pytest.raises(BatchInterruptedError) as read:
         Scripted(erased, forbidden).run([PutOp(("a", "p"), "x", None), GetOp(("b", "p"), "y")])
     assert (read.value.written, read.value.not_written, read.value.at) == ((0,), (), 1)
-    assert str(read.value) == "the batch stopped at ops[1] (403: x); written ops[0]: ('a', 'p') 'x'"
+    stopped = "the batch stopped at ops[1] (403: ops[1].namespace[0]: ...)"
+    assert str(read.value) == f"{stopped}; written ops[0]: ('a', 'p') 'x'"
     with pytest.raises(Forbidden):  # nothing written before the refusal: the refusal as it is
         Scripted(wire.MemoryPage(memories=[]), forbidden).run([GetOp(("a", "p"), "x"), PutOp(("b", "p"), "y", {})])
 

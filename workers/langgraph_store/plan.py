@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 from langgraph.store.base import (
     GetOp,
@@ -46,7 +46,7 @@ from langgraph.store.base import (
 )
 
 from workers import wire
-from workers.client import ApiError, InvalidRequest, LedgerClientError, NotFound, TransportError, calls
+from workers.client import ApiError, Forbidden, InvalidRequest, LedgerClientError, NotFound, TransportError, calls
 from workers.client.calls import Call
 from workers.langgraph_store import filters, namespaces, values
 from workers.langgraph_store.errors import BatchInterruptedError, InvalidValueError, LedgerStoreError, NamespaceError
@@ -171,11 +171,27 @@ def batch(ops: Sequence[Op], cfg: Config, session: Session, clock: Clock) -> Ste
             progress.done()
             i += 1
     except LedgerClientError as exc:
-        interrupted = progress.interrupted(exc)
-        if interrupted is None:
+        named = _forbidden_in_place(exc, prepared[progress.at].subject_field, places[progress.at])
+        interrupted = progress.interrupted(named)
+        if interrupted is not None:
+            raise interrupted from exc
+        if named is exc:
             raise
-        raise interrupted from exc
+        raise named from None
     return results
+
+
+def _forbidden_in_place(exc: LedgerClientError, subject_field: str, place: str) -> LedgerClientError:
+    """``exc`` naming, for a subject outside the key's grants (403 on ``subject_id``),
+    the label that named the subject (``subject_field``) in the operation's place
+    (``ops[2].namespace[0]``): the store's words, as ``put_field`` gives them for a
+    refused put; otherwise ``exc``."""
+    if not isinstance(exc, Forbidden) or exc.field != "subject_id":
+        return exc
+    field = f"{place}.{subject_field}" if place else subject_field
+    rule = exc.rule or ""
+    problem = exc.problem.model_copy(update={"field": field, "detail": f"{field}: {rule}"})
+    return Forbidden(exc.status, problem)
 
 
 class _Progress:
@@ -214,6 +230,10 @@ class _Progress:
 
 
 class _Step:
+    subject_field: ClassVar[str] = "namespace[0]"
+    """Where the operation names its subject, in the store's words (a refusal of the
+    subject names it)."""
+
     def run(self, cfg: Config, session: Session) -> Step[Result]:
         raise NotImplementedError
 
@@ -299,6 +319,7 @@ class _Get(_AtItem):
 class _Search(_Step):
     op: SearchOp
     prefix: Prefix
+    subject_field: ClassVar[str] = "namespace_prefix[0]"
 
     def run(self, cfg: Config, session: Session) -> Step[Result]:
         op, p = self.op, self.prefix
@@ -361,6 +382,7 @@ class _Search(_Step):
 class _ListNamespaces(_Step):
     op: ListNamespacesOp
     prefix: Prefix
+    subject_field: ClassVar[str] = "prefix[0]"
 
     def run(self, cfg: Config, session: Session) -> Step[Result]:
         op, p = self.op, self.prefix
