@@ -3,7 +3,8 @@ pydantic alone, so that the client (``workers.client``) needs no server dependen
 
 Requests forbid unknown fields; a request never names its subject (the subject is the
 URL's, checked against the credential) nor its writer (the authenticated principal).
-Times are ISO 8601 with a zone, returned in UTC. Field constraints here are the wire's
+Times are ISO 8601 with a zone, returned in UTC. Counts, positions and flags of a request
+are strict (``true`` is not 1, ``"5"`` is not 5, ``1`` is not true). Field constraints here are the wire's
 own (types, sizes); the ledger's rules (retention per class, slots, consent) are checked
 by the ledger and refused with the same words as the CLI.
 """
@@ -141,8 +142,8 @@ class LogPosition(BaseModel):
     """A place in the event log: ``partition`` and ``offset`` (0-based)."""
 
     model_config = ConfigDict(extra="forbid")
-    partition: int = Field(ge=0, le=100_000)
-    offset: int = Field(ge=0, le=2**62)
+    partition: int = Field(ge=0, le=100_000, strict=True)
+    offset: int = Field(ge=0, le=2**62, strict=True)
 
 
 class Recall(Request):
@@ -155,12 +156,12 @@ class Recall(Request):
 
     query: str = Field(min_length=1, max_length=4096)
     purpose: str = Ident
-    k: int = Field(default=10, ge=1, le=1000)
+    k: int = Field(default=10, ge=1, le=1000, strict=True)
     now: AwareDatetime | None = None
     scope: list[str] = Field(default_factory=list, max_length=64)
-    include_unconfirmed: bool = False
+    include_unconfirmed: bool = Field(default=False, strict=True)
     as_of: AwareDatetime | None = None
-    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
     wait_for: list[LogPosition] = Field(default_factory=list, max_length=1000)
     wait_timeout_s: float = Field(default=5.0, ge=0.0, le=60.0)
 
