@@ -41,6 +41,7 @@ from ledger.screening import (
     Screened,
     ScreeningPolicy,
     SecretFoundError,
+    invisible_refusal,
     kind_of,
     label_refusal,
     write_labels,
@@ -124,10 +125,18 @@ class Screener:
         what is found is put down to its field.
 
         Raises:
+            InvalidCommandError: the subject id or a label kept in clear or as the key
+                holds a format character (``ledger.screening.invisible_refusal``).
             LabelRefusedError: a label breaks ``ledger.screening.label_refusal``.
             SecretFoundError: field ``content``, a secret the policy refuses.
         """
         labels = write_labels(cmd)
+        named = [("subject_id", cmd.subject_id)] + [(x.field, x.value) for x in labels if x.storage != "reference"]
+        for field, value in named:
+            invisible = invisible_refusal(field, value)
+            if invisible is not None:
+                self.screen_labels(labels)  # a secret hidden by the character is named as one
+                raise invisible
         if not self._finds_anything(cmd.content, labels):
             return cmd, Screening(policy=self.policy.name)
         self.screen_labels(labels)

@@ -37,6 +37,7 @@ the kinds found. No value found is ever logged, put in an error message or recor
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -206,6 +207,27 @@ def label_refusal(label: Label, secrets: tuple[str, ...], personal: tuple[str, .
             kinds,
             f"holds personal data ({', '.join(k.replace('_', ' ') for k in kinds)}): {where}; {hint}",
         )
+    return None
+
+
+def invisible_refusal(field: str, value: str) -> InvalidCommandError | None:
+    """The rule of a new memory's identifiers (its subject, purpose, key and agent label):
+    no Unicode format character (general category ``Cf``: U+200B ZERO WIDTH SPACE, the
+    joiners, U+00AD SOFT HYPHEN, the bidirectional controls, U+FEFF), which would make
+    an identifier that reads as another (``user-1`` and ``user-1`` followed by U+200B are
+    two subjects). Checked only where a new identifier enters (a write), not where the log
+    is read: identifiers already in the log stay readable, erasable and listable.
+    Returns the error to raise, naming the character and its position, or ``None``."""
+    if value.isascii():
+        return None
+    for i, c in enumerate(value):
+        if unicodedata.category(c) == "Cf":
+            name = unicodedata.name(c, "format character")
+            return InvalidCommandError(
+                field,
+                f"must not contain invisible format characters (U+{ord(c):04X} {name} at position {i}):"
+                " it would read as another identifier",
+            )
     return None
 
 

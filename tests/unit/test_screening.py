@@ -504,3 +504,33 @@ def test_a_refused_label_is_bad_input_to_the_gateway_not_a_conflict_of_state(fie
             admit_write(load_policy(), SCREENER, with_label(field, value), utc_now())
         err = translate(info.value)
         assert (type(err), err.field) == (InvalidRequestError, body_field)  # the HTTP body's name
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "char"),
+    [
+        ("subject_id", "user-adv\u200b", "U+200B ZERO WIDTH SPACE at position 8"),
+        ("purpose", "sup\u00adport", "U+00AD SOFT HYPHEN at position 3"),
+        ("key", "employer\u2060", "U+2060 WORD JOINER at position 8"),
+        ("provenance.agent", "\u202ebot", "U+202E RIGHT-TO-LEFT OVERRIDE at position 0"),
+    ],
+)
+def test_an_identifier_with_an_invisible_format_character_is_refused_naming_it(
+    field: str, value: str, char: str
+) -> None:
+    cmd = memory_write(subject=value) if field == "subject_id" else with_label(field, value)
+    with pytest.raises(InvalidCommandError) as info:
+        admit_write(load_policy(), SCREENER, cmd, utc_now())
+    assert info.value.field == field
+    assert info.value.rule == (
+        f"must not contain invisible format characters ({char}): it would read as another identifier"
+    )
+
+
+def test_a_reference_or_an_identifier_of_other_scripts_may_hold_what_it_holds() -> None:
+    """References are sealed and erased with the memory, and are other systems' ids: not
+    refused; letters of any script (no format character) pass."""
+    admit_write(load_policy(), SCREENER, with_label("provenance.turn_id", "turn\u200b7"), utc_now())
+    other_scripts = memory_write(subject="пользователь-7", purpose="サポート")
+    admitted = admit_write(load_policy(), SCREENER, other_scripts, utc_now())
+    assert admitted.cmd.subject_id == "пользователь-7"
