@@ -28,10 +28,14 @@ MAX_RECALL_WEIGHT = 1000.0
 ``weight / (k + rank)``), and an infinite or huge one makes every score infinite."""
 
 
+ENV_PREFIX = "MEMLEDGER_"
+"""The environment variables of the settings: ``MEMLEDGER_<FIELD>``."""
+
+
 class Settings(BaseSettings):
     """All configuration; every field can be set as ``MEMLEDGER_<FIELD>``."""
 
-    model_config = SettingsConfigDict(env_prefix="MEMLEDGER_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     data_dir: Path = Field(default=Path(".memledger"), description="embedded stores, keys and grants live here")
     kafka_bootstrap: str | None = None

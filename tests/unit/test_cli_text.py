@@ -285,3 +285,25 @@ def test_a_setting_that_is_not_json_is_named_by_its_variable(monkeypatch: pytest
         Settings()
     said = _describe(refused.value)
     assert said == "MEMLEDGER_RECALL_WEIGHTS: not valid JSON (this setting is a JSON object or list)"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("MEMLEDGER_RECALL_MMR_LAMBDA", "abc", "MEMLEDGER_RECALL_MMR_LAMBDA: Input should be a valid number"),
+        ("MEMLEDGER_RECALL_WEIGHTS", '{"fts": "x"}', "MEMLEDGER_RECALL_WEIGHTS.fts: Input should be a valid number"),
+        ("MEMLEDGER_RECALL_WEIGHTS", '{"lexical": 1}', "MEMLEDGER_RECALL_WEIGHTS: unknown ranker(s) ['lexical']"),
+        ("MEMLEDGER_API_RECALL_BURST", "0", "MEMLEDGER_API_RECALL_BURST: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_refused_setting_is_named_by_its_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, value: str, said: str
+) -> None:
+    """The CLI names the environment variable a user set, not the settings' field."""
+    from workers.cli.root import run_args
+
+    monkeypatch.setenv("MEMLEDGER_DATA_DIR", "/nonexistent/never-opened")
+    monkeypatch.setenv(variable, value)
+    assert run_args(["versions"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"error: {said}") and "\n" not in line and "Traceback" not in line

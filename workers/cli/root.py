@@ -564,6 +564,26 @@ def _describe(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _describe_validation(exc: ValidationError) -> str:
+    """One line for a ``ValidationError``: a refused setting named by its environment
+    variable (``MEMLEDGER_RECALL_MMR_LAMBDA: ...``; a key inside a JSON setting after it:
+    ``MEMLEDGER_RECALL_WEIGHTS.fts: ...``), anything else as ``fields.describe_validation``."""
+    if exc.title != "Settings":  # workers.settings.Settings (not imported here: start-up time)
+        return fields.describe_validation(exc, "cli")
+    parts = []
+    for problem in exc.errors(include_url=False):
+        loc = [str(x) for x in problem["loc"]]
+        rule = problem["msg"].removeprefix("Value error, ")
+        if not loc:  # a rule of several settings names them itself
+            parts.append(rule)
+            continue
+        own, sep, rest = rule.partition(": ")
+        if sep and own == loc[0]:  # a validator's message that names its field again
+            rule = rest
+        parts.append(f"MEMLEDGER_{loc[0].upper()}{''.join('.' + x for x in loc[1:])}: {rule}")
+    return "; ".join(parts)
+
+
 def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int:
     """Run the app on ``args`` (default: ``sys.argv[1:]``); returns the exit status,
     having printed known errors as one line (``memledger serve`` runs forwarded commands
@@ -583,7 +603,7 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
             print(f"error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     except ValidationError as exc:
-        print(f"error: {fields.describe_validation(exc, 'cli')}", file=sys.stderr)
+        print(f"error: {_describe_validation(exc)}", file=sys.stderr)
         return 2
     except (NotWrittenError, AcknowledgementLostError, OutcomeUnknownError) as exc:  # not a refusal: see README
         print(f"error: {exc}", file=sys.stderr)
