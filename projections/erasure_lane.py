@@ -85,7 +85,8 @@ class ErasureLane:
         try:
             purged = self.poll()
         except Exception as exc:  # an accelerator: the in-order erasure still comes
-            log.warning("erasure lane (%s): poll failed, retrying on the next one: %s", self.store, exc)
+            said = " ".join(str(exc).split())  # libpq's messages have several lines
+            log.warning("erasure lane (%s): poll failed, retrying on the next one: %s", self.store, said)
             return
         if purged is not None:
             log.info(

@@ -191,3 +191,42 @@ def test_live_batches_read_a_gap_the_consumer_skipped_from_the_log_first() -> No
     assert projection.applied_offsets(1) == [0, 1]
     assert projection.positions() == {1: 1}
     assert LogPosition(1, 1) in [p for _, p in projection.applied]
+
+
+def _child_exit(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> int:
+    """``_run_child`` of a worker whose faust app raises ``error``, its process-wide
+    effects (signal handlers, title, metrics mode) left out."""
+    import setproctitle
+
+    from workers.live import app, supervisor
+    from workers.metrics import families
+    from workers.settings import Settings
+
+    def raising(*_: Any) -> None:
+        raise error
+
+    monkeypatch.setattr(supervisor.signal, "signal", lambda *_: None)
+    monkeypatch.setattr(setproctitle, "setproctitle", lambda *_: None)
+    monkeypatch.setattr(families, "use_multiprocess_values", lambda: None)
+    monkeypatch.setattr(app, "run_faust", raising)
+    return supervisor._run_child(Settings(), ("facts", 1))
+
+
+def test_a_worker_whose_store_failed_says_so_in_one_line_and_a_bug_keeps_its_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psycopg
+
+    terminated = psycopg.OperationalError(
+        "consuming input failed: terminating connection due to administrator command\n"
+        "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally"
+    )
+    assert _child_exit(monkeypatch, terminated) == 70
+    said = capsys.readouterr().err
+    assert said == (
+        "worker facts_v1: a store failed: consuming input failed: terminating connection due to administrator"
+        " command server closed the connection unexpectedly This probably means the server terminated"
+        " abnormally; exiting with 70\n"
+    )
+    assert _child_exit(monkeypatch, KeyError("bug")) == 70
+    assert "Traceback (most recent call last)" in capsys.readouterr().err

@@ -23,9 +23,7 @@ import typer
 import typer.exceptions
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from contracts import (
     ContractError,
@@ -40,13 +38,11 @@ from contracts import (
 )
 from ledger.errors import (
     AcknowledgementLostError,
-    EventLogError,
     InvalidCommandError,
     LedgerError,
     NotAuthorisedError,
     NotWrittenError,
     OutcomeUnknownError,
-    TopicMisconfiguredError,
 )
 from ledger.service import CommandResult
 from projections.errors import ProjectionError
@@ -55,6 +51,7 @@ from projections.wording import counted
 from workers import interrupts, wire
 from workers.cli import util as cliutil
 from workers.cli.util import emit, parse_time, project_if_embedded, services
+from workers.failures import store_failed
 from workers.gateway import GatewayError, commands, fields
 
 app = typer.Typer(
@@ -534,19 +531,6 @@ _USER_ERRORS = (
 )
 
 
-def _store_failed(exc: BaseException) -> bool:
-    """Whether ``exc`` is a store's failure rather than a refusal of the input: PostgreSQL
-    unreachable or its connection lost (``psycopg.OperationalError``, a pool timeout
-    included), Redis unreachable, the log unreachable (``EventLogError``, but a topic's
-    wrong settings, which are a refusal of the configuration): exit status 1. A command's
-    own transaction reports its outcome apart (``_OUTCOME_EXIT``: not written, written with
-    the acknowledgement lost, unknown), so such a failure came before it began or after it
-    was acknowledged (the embedded projections' catch-up, say)."""
-    if isinstance(exc, TopicMisconfiguredError):
-        return False
-    return isinstance(exc, psycopg.OperationalError | RedisConnectionError | RedisTimeoutError | EventLogError)
-
-
 def _describe(exc: BaseException) -> str:
     """One line for a user error, ``field: rule`` in the CLI's names
     (``workers.gateway.fields``); a file error names the file and what went wrong
@@ -611,7 +595,7 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
     except _USER_ERRORS as exc:
         if interrupts.received() is not None:  # a store call cut short by the interruption
             return 1
-        if _store_failed(exc):
+        if store_failed(exc):  # a command's own transaction reports its outcome apart (_OUTCOME_EXIT)
             print(
                 f"error: {_describe(exc)} (a store failed, not the input; run it again once it answers)",
                 file=sys.stderr,

@@ -33,6 +33,7 @@ from projections.base import Projection
 from projections.erasure_lane import lane_for
 from projections.errors import VersionError
 from workers.bootstrap import Services, build, vector_query_url
+from workers.failures import one_line, store_failed
 from workers.live.apply import PartitionStalls, handle_contiguously, record_in
 from workers.live.batches import drain
 from workers.live.embedding import start_embedding
@@ -146,11 +147,16 @@ def run_faust(
                 stopped = await loop.run_in_executor(
                     None, _locked, store_lock, handle_contiguously, svc.log, runner, records, partition_stalls
                 )
-            except BaseException:
+            except BaseException as exc:
                 # never let the group's offsets move past records that were not applied:
-                # exit hard; on restart, the positions decide
+                # exit hard; on restart, the positions decide. A store that failed is
+                # said in one line; anything else is a bug, with its traceback
+                failed = store_failed(exc)
                 log.critical(
-                    "%s: cannot apply a batch; exiting so that nothing is skipped", projection.id, exc_info=True
+                    "%s: cannot apply a batch%s; exiting so that nothing is skipped",
+                    projection.id,
+                    f" (a store failed: {one_line(exc)})" if failed else "",
+                    exc_info=not failed,
                 )
                 os._exit(70)
             held = stopped | {r.partition for r in records if r.partition in partition_stalls.stalled}

@@ -111,6 +111,8 @@ def _run_child(settings: Settings, child: Child) -> int:  # pragma: no cover (ru
 
     from setproctitle import setproctitle
 
+    from workers.failures import one_line, store_failed
+
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_DFL)
     name, version = child
@@ -123,8 +125,11 @@ def _run_child(settings: Settings, child: Child) -> int:  # pragma: no cover (ru
         run_faust(settings, name, version)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        if store_failed(exc):  # one line: the store's state, not a bug of the worker
+            print(f"worker {name}_v{version}: a store failed: {one_line(exc)}; exiting with 70", file=sys.stderr)
+        else:
+            traceback.print_exc()
         code = 70
     finally:
         sys.stdout.flush()
