@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -331,6 +331,44 @@ def test_a_bad_operation_anywhere_refuses_the_batch_before_anything_is_sent() ->
     assert server.calls == []
 
 
+@pytest.mark.parametrize(
+    ("op", "error", "said"),
+    [
+        # a string is not a namespace: 'user-42' would be subject 'u', purpose 's'
+        (
+            PutOp(cast(Any, "user-42"), "diet", {"t": 1}),
+            NamespaceError,
+            "namespace: must be a tuple of labels, not str ('user-42' would be read one character a label;"
+            " give ('user-42', ...))",
+        ),
+        (GetOp(cast(Any, "user-42"), "diet"), NamespaceError, "namespace: must be a tuple of labels, not str"),
+        (SearchOp(cast(Any, "user-42")), NamespaceError, "namespace_prefix: must be a tuple of labels, not str"),
+        (
+            ListNamespacesOp(match_conditions=(MatchCondition("prefix", cast(Any, "user-42")),)),
+            NamespaceError,
+            "prefix: must be a tuple of labels, not str",
+        ),
+        # a lone surrogate has no UTF-8 encoding: it cannot be sent
+        (SearchOp(("u", "p", "\ud800")), NamespaceError, "namespace_prefix[2]: must be valid Unicode"),
+        (
+            ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("u", "p", "\ud800")),)),
+            NamespaceError,
+            "prefix[2]: must be valid Unicode",
+        ),
+        (SearchOp(("u", "p"), query="\ud800"), InvalidValueError, "query: must be valid Unicode"),
+        (SearchOp(("u", "p"), query="  "), InvalidValueError, "query: must contain more than white space"),
+    ],
+)
+def test_a_namespace_or_query_that_cannot_be_sent_is_refused_naming_its_field(
+    op: Any, error: type[Exception], said: str
+) -> None:
+    server = Scripted()
+    with pytest.raises(error) as refused:
+        server.run([op])
+    assert str(refused.value).startswith(said)
+    assert server.calls == []  # nothing sent
+
+
 def test_a_delete_is_an_erasure_by_the_items_source_and_nothing_left_is_no_error() -> None:
     nothing = Conflict(409, wire.Problem(title="Conflict", status=409, detail="x", field="source_ref", rule="..."))
     erased = wire.CommandAck(
@@ -427,7 +465,8 @@ def test_a_batch_stopped_part_way_names_what_was_written_and_what_was_not() -> N
 
 
 def test_a_write_whose_answer_was_lost_is_in_doubt_and_a_read_refused_after_writes_says_they_stand() -> None:
-    lost = TransportError("POST /v1/subjects/b/memories/batch: connection refused")
+    lost = TransportError("POST /v1/subjects/b/memories/batch: ReadError", outcome_unknown=True)
+    refused = TransportError("POST /v1/subjects/b/memories/batch: ConnectError: connection refused")
     forbidden = Forbidden(403, wire.Problem(title="Forbidden", status=403, detail="x", field="subject_id", rule="..."))
     erased = wire.CommandAck(request_id="er-1", events=[], positions=[wire.LogPosition(partition=0, offset=2)])
     ops = [PutOp(("a", "p"), "x", {"v": 1}), PutOp(("b", "p"), "y", {"v": 2}), PutOp(("a", "p"), "x", None)]
@@ -438,6 +477,9 @@ def test_a_write_whose_answer_was_lost_is_in_doubt_and_a_read_refused_after_writ
         "; written ops[0]: ('a', 'p') 'x'; in doubt ops[1]: ('b', 'p') 'y'; not written ops[2]: ('a', 'p') 'x'"
     )
     assert doubt.value.error is lost
+    with pytest.raises(BatchInterruptedError) as never:  # never reached the server: not written
+        Scripted(acked(1), refused).run(ops)
+    assert (never.value.written, never.value.in_doubt, never.value.not_written) == ((0,), (), (1, 2))
     with pytest.raises(BatchInterruptedError) as read:
         Scripted(erased, forbidden).run([PutOp(("a", "p"), "x", None), GetOp(("b", "p"), "y")])
     assert (read.value.written, read.value.not_written, read.value.at) == ((0,), (), 1)

@@ -121,6 +121,8 @@ def prefix(namespace_prefix: Sequence[str], *, field: str = "namespace_prefix", 
         raise NamespaceError(field, f"{tuple(namespace_prefix)!r} must start with {need}: (subject_id, purpose, ...)")
     subject = _label(namespace_prefix, 0, "subject", field)
     purpose = _label(namespace_prefix, 1, "purpose", field) if len(namespace_prefix) > 1 else None
+    for i in range(2, len(namespace_prefix)):
+        utf8_bytes(namespace_prefix[i], f"{field}[{i}]")  # a lone surrogate cannot be sent
     return Prefix(subject, purpose, KEY_PREFIX + "".join(encode(p) + "/" for p in namespace_prefix[2:]))
 
 
@@ -137,9 +139,10 @@ def pattern_prefix(path: Sequence[str]) -> Prefix:
     subject = _label(path, 0, "subject", "prefix")
     purpose = None if len(path) < 2 or path[1] == WILDCARD else _label(path, 1, "purpose", "prefix")
     fixed: list[str] = []
-    for label in path[2:]:
+    for i, label in enumerate(path[2:], 2):
         if label == WILDCARD:
             break
+        utf8_bytes(label, f"prefix[{i}]")  # a lone surrogate cannot be sent
         fixed.append(label)
     return Prefix(subject, purpose, KEY_PREFIX + "".join(encode(p) + "/" for p in fixed))
 

@@ -45,6 +45,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from contracts.types import text_problem
 from workers import wire
 from workers.client import ApiError, Forbidden, InvalidRequest, LedgerClientError, NotFound, TransportError, calls
 from workers.client.calls import Call
@@ -220,7 +221,7 @@ class _Progress:
         when no write of the batch took effect (then ``error`` is the answer as it is)."""
         if not self.written:
             return None
-        in_doubt = self._sending if isinstance(error, TransportError) else ()
+        in_doubt = self._sending if isinstance(error, TransportError) and error.outcome_unknown else ()
         settled = {*self.written, *in_doubt}
         not_written = [i for i in self.items if i not in settled]
         return BatchInterruptedError(error, self.at, self.written, not_written, in_doubt, self.items)
@@ -402,6 +403,7 @@ def _prepare(op: Op, cfg: Config) -> _Step:
     Raises:
         NamespaceError, InvalidValueError.
     """
+    _check_shape(op)
     validate_op_namespace(op)
     if isinstance(op, PutOp):
         namespace, address = tuple(op.namespace), namespaces.address(op.namespace, op.key)
@@ -432,6 +434,8 @@ def _prepare(op: Op, cfg: Config) -> _Step:
             raise InvalidValueError("query", f"must be a string, not {type(op.query).__name__}")
         if op.query and len(op.query) > MAX_QUERY_CHARS:
             raise InvalidValueError("query", f"must be at most {MAX_QUERY_CHARS} characters")
+        if op.query and (problem := text_problem(op.query)) is not None:
+            raise InvalidValueError("query", problem)
         if op.query and op.offset + op.limit > RECALL_TOP:
             raise InvalidValueError(
                 "offset" if op.offset >= RECALL_TOP else "limit",
@@ -601,6 +605,32 @@ def check_ttl(minutes: object, field: str) -> float:
     if minutes > MAX_TTL_MINUTES:
         raise InvalidValueError(field, f"must be at most {MAX_TTL_MINUTES} minutes (100 years), not {minutes!r}")
     return float(minutes)
+
+
+def _check_shape(op: Op) -> None:
+    """Each namespace of ``op`` is a tuple (or list) of labels: a string given as a
+    namespace would be read one character a label (``'user-42'``: subject ``'u'``, purpose
+    ``'s'``), a write under another subject.
+
+    Raises:
+        NamespaceError: the field (``namespace``, ``namespace_prefix``, ``prefix`` or
+            ``suffix``) and what it was.
+    """
+    found: list[tuple[str, object]] = []
+    if isinstance(op, PutOp | GetOp):
+        found.append(("namespace", op.namespace))
+    elif isinstance(op, SearchOp):
+        found.append(("namespace_prefix", op.namespace_prefix))
+    elif isinstance(op, ListNamespacesOp):
+        found += [(c.match_type, c.path) for c in op.match_conditions or ()]
+    for field, namespace in found:
+        if not isinstance(namespace, tuple | list):
+            shown = f" ({namespace!r} would be read one character a label; give ({namespace!r}, ...))"
+            raise NamespaceError(
+                field,
+                f"must be a tuple of labels, not {type(namespace).__name__}"
+                + (shown if isinstance(namespace, str) else ""),
+            )
 
 
 def _bound(field: str, n: int) -> None:
