@@ -132,3 +132,50 @@ def test_a_refusal_whose_page_quotes_the_token_never_holds_it(sync: bool) -> Non
             healthz(TOKEN, handler, sync=sync)
         said = everything_said(refused.value) + refused.value.problem.model_dump_json()
         assert "s3cr3t" not in said and "<token>" in refused.value.problem.detail
+
+
+def write(handler: Handler, *, sync: bool) -> Any:
+    """A write of a sync or an async client over ``handler`` (two attempts, no wait)."""
+    if sync:
+        with LedgerClient("http://ledger", TOKEN, retry=NO_WAIT, transport=httpx.MockTransport(handler)) as client:
+            return client.write("user-1", "Prefers tea", "support")
+
+    async def run() -> Any:
+        transport = httpx.MockTransport(handler)
+        async with AsyncLedgerClient("http://ledger", TOKEN, retry=NO_WAIT, transport=transport) as client:
+            return await client.write("user-1", "Prefers tea", "support")
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_a_write_whose_answer_was_lost_says_its_outcome_is_unknown_and_one_never_sent_does_not(sync: bool) -> None:
+    attempts: list[str] = []
+
+    def lost_then_refused(request: httpx.Request) -> httpx.Response:
+        attempts.append(request.headers.get("idempotency-key", ""))
+        if len(attempts) == 1:  # sent, then the server went away before answering
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(TransportError) as lost:
+        write(lost_then_refused, sync=sync)
+    assert lost.value.outcome_unknown and str(lost.value).startswith(
+        "POST /v1/subjects/user-1/memories: ConnectError: connection refused; outcome unknown: an attempt was"
+        " sent and its answer lost, so it may have been written"
+    )
+    assert len(attempts) == 2 and attempts[0] and attempts[0] == attempts[1]  # one idempotency key for both
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(TransportError) as never:
+        write(refused, sync=sync)
+    assert not never.value.outcome_unknown and "outcome unknown" not in str(never.value)
+
+    def gone(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError("connection reset", request=request)
+
+    with pytest.raises(TransportError) as read:  # a read lost is no doubt: it changes nothing
+        healthz(TOKEN, gone, sync=sync)
+    assert not read.value.outcome_unknown

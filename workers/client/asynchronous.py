@@ -18,7 +18,15 @@ from pydantic import BaseModel
 from workers import wire
 from workers.client import calls
 from workers.client.calls import Call, Positions
-from workers.client.transport import RetryPolicy, checked_token, decode, request_kwargs, retryable, unreachable
+from workers.client.transport import (
+    RetryPolicy,
+    checked_token,
+    decode,
+    may_have_acted,
+    request_kwargs,
+    retryable,
+    unreachable,
+)
 
 T = TypeVar("T")
 
@@ -54,10 +62,12 @@ class AsyncLedgerClient:
 
     async def _send(self, call: Call[T]) -> T:
         """Send ``call``, retrying 429, 503 and connection errors (see ``LedgerClient._send``)."""
+        acted = False  # an attempt may have been acted on, its answer lost
         for attempt in range(self._retry.attempts - 1):
             try:
                 response = await self._http.request(call.method, call.path, **request_kwargs(self._token, call))
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
+                acted = acted or may_have_acted(call, exc)
                 await asyncio.sleep(self._retry.delay_s(attempt, None))
                 continue
             if retryable(response) and response.status_code not in call.accept:
@@ -67,7 +77,7 @@ class AsyncLedgerClient:
         try:  # the last attempt: its failure is the answer
             response = await self._http.request(call.method, call.path, **request_kwargs(self._token, call))
         except httpx.TransportError as exc:
-            failure = unreachable(call, exc, self._token)
+            failure = unreachable(call, exc, self._token, acted or may_have_acted(call, exc))
         else:
             return decode(call, response, self._token)
         raise failure  # outside the except: no context holding the request and its headers

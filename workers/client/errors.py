@@ -23,7 +23,13 @@ class InvalidArgument(LedgerClientError, ValueError):
 
 
 class TransportError(LedgerClientError):
-    """The server could not be reached (connection refused, timeout) after the retries."""
+    """The server could not be reached (connection refused, timeout) after the retries.
+    ``outcome_unknown``: an attempt of a request that changes something was sent and its
+    answer lost (the message says so): it may have been written."""
+
+    def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
 
 
 class ApiError(LedgerClientError):

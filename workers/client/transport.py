@@ -71,13 +71,31 @@ def redacted(text: str, token: str) -> str:
     return text
 
 
-def unreachable(call: Call[Any], exc: httpx.HTTPError, token: str) -> TransportError:
+NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+"""httpx's failures before a request left the client: the server cannot have acted on it."""
+
+
+def may_have_acted(call: Call[Any], exc: httpx.TransportError) -> bool:
+    """Whether the server may have acted on an attempt of ``call`` that failed with ``exc``:
+    a request that changes something (not a ``GET``) that was sent, or may have been,
+    and whose answer was lost (the connection closed or timed out after it left)."""
+    return call.method != "GET" and not isinstance(exc, NEVER_SENT)
+
+
+def unreachable(call: Call[Any], exc: httpx.HTTPError, token: str, acted: bool = False) -> TransportError:
     """The ``TransportError`` of ``call`` failing with ``exc``: the route and what httpx
-    said, without the token (an error of httpx may quote the request's headers). Raise
-    it outside the ``except`` that caught ``exc``, so that it carries no context that
-    holds the request."""
+    said, without the token (an error of httpx may quote the request's headers), and,
+    when an attempt may have been acted on (``acted``, ``may_have_acted``), that its
+    outcome is unknown. Raise it outside the ``except`` that caught ``exc``, so that it
+    carries no context that holds the request."""
     said = redacted(str(exc), token)
-    return TransportError(f"{call.method} {call.path}: {type(exc).__name__}{': ' + said if said else ''}")
+    text = f"{call.method} {call.path}: {type(exc).__name__}{': ' + said if said else ''}"
+    if acted:
+        text += (
+            "; outcome unknown: an attempt was sent and its answer lost, so it may have been written"
+            " (read the subject's memories, or the request's trace, before sending it again)"
+        )
+    return TransportError(text, outcome_unknown=acted)
 
 
 def headers(token: str, call: Call[Any]) -> dict[str, str]:

@@ -60,8 +60,9 @@ class BatchInterruptedError(LedgerClientError):
     ``ops[3].value``) or the ``workers.client.TransportError`` (also the ``__cause__``);
     ``at`` the index of the operation it stopped at. The indices in the batch's ``ops``
     of its puts and deletes: ``written`` took effect; ``not_written`` did not (the refused
-    request's and every later one's); ``in_doubt`` were in the request whose answer was
-    lost (``TransportError``: written or not), and a put or a delete may be sent again.
+    request's and every later one's, and a request that never reached the server);
+    ``in_doubt`` were in the request whose answer was lost (``TransportError`` with
+    ``outcome_unknown``: written or not), and a put or a delete may be sent again.
     ``items`` maps each of those indices to the operation's namespace and key. The reads
     (get, search, list_namespaces) write nothing and are in none of them; their results
     are lost with the batch's."""
