@@ -285,7 +285,22 @@ class Screener:
             for pattern in (_CARD, _CARD_DOTTED):
                 yield from ("payment_card_number" for m in pattern.finditer(text) if _is_card(m.group(0)))
         if "iban" in detectors:
-            yield from ("iban" for m in _IBAN.finditer(text) if iban.is_valid(m.group(0).upper()))
+            yield from ("iban" for m in _IBAN.finditer(text) if _is_iban(m.group(0)))
+
+
+def _is_iban(candidate: str) -> bool:
+    """Whether ``candidate`` (an ``_IBAN`` match) is an IBAN, or starts with one that ends
+    where a group does: the pattern runs on over the words after it (``DE89 3704 ...
+    monthly``), so each shorter run of its space-separated groups is checked too, longest
+    first (ISO 13616 mod-97, python-stdnum), down to the shortest IBAN's 15 characters."""
+    groups = candidate.upper().split(" ")
+    for n in range(len(groups), 0, -1):
+        compact = "".join(groups[:n])
+        if len(compact) < 15:
+            return False
+        if iban.is_valid(compact):
+            return True
+    return False
 
 
 # -- detection ----------------------------------------------------------------------------

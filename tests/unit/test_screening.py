@@ -66,6 +66,9 @@ PERSONAL = [
     ("pay to DE89 3704 0044 0532 0130 00", "iban"),
     ("iban de89 3704 0044 0532 0130 00", "iban"),  # lower case
     ("iban gb82west12345698765432", "iban"),
+    ("pay to DE89370400440532013000 monthly", "iban"),  # a word after it: the pattern runs on over it
+    ("iban GB82 WEST 1234 5698 7654 32 ok", "iban"),
+    ("to DE89 3704 0044 0532 0130 00 for rent", "iban"),
     ("card 4111  1111  1111  1111", "payment_card_number"),  # double spaces
     ("card 4111.1111.1111.1111", "payment_card_number"),
     ("card 4111 1111\n1111 1111", "payment_card_number"),  # a line break between groups
@@ -84,6 +87,8 @@ EVASIONS = [  # a secret split by an invisible character, or spelt with a compat
     ("my key AKIAIOSF\U000e0100ODNN7EXAMPLE", "aws_access_key", "ODNN7EXAMPLE"),
     ("CI uses ghp_wWPw5k4aXcaT4fNP0U\u3164cnZwJUVFk6LO0pINUx", "github_token", "cnZwJUVFk6LO0pINUx"),
     ("db password:\u2800hunter2isgreat until Friday", "secret_keyword", "hunter2isgreat"),  # a blank reads as a space
+    ("key AKIAIOSFODNN7EXAMPL\u0301E", "aws_access_key", "IOSFODNN7EXAMPL"),  # a combining mark drawn on the L
+    ("key AKIAIOSFODNN7EXAM\u0332PLE", "aws_access_key", "IOSFODNN7EXAM"),
 ]
 
 HIDDEN_PERSONAL = [  # personal data split by an invisible character
@@ -91,6 +96,8 @@ HIDDEN_PERSONAL = [  # personal data split by an invisible character
     ("mail sam.inv\u034f@example.com", "email_address"),
     ("pay to DE89\u115f3704\uffa00044 0532 0130 00", "iban"),
     ("card 4111\U000e01ef 1111 1111 1111", "payment_card_number"),
+    ("card 4111 1111 1111 111\u0301 1", "payment_card_number"),  # combining marks
+    ("card 4\u20dd111 1111 1111 1111", "payment_card_number"),
 ]
 
 INTERNATIONAL_EMAIL = [
