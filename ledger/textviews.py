@@ -12,7 +12,7 @@ personal data cannot hide behind an encoding:
   replaced by its Unicode compatibility form (NFKC, Unicode Standard Annex #15: the
   fullwidth ``U+FF47`` reads ``g``), every decimal digit of another script read as its
   ASCII digit (the Arabic-Indic ``U+0664`` reads ``4``: NFKC keeps it), the invisible
-  characters removed and the blank ones
+  characters and the combining marks (``_REMOVED_CATEGORIES``) removed and the blank ones
   read as a space (``_changes``). The mapping is made character by character, so that
   each character of the form knows the one it came from.
 
@@ -74,6 +74,13 @@ _IGNORABLE = (
 DerivedCoreProperties.txt of Unicode 14.0.0 (``grep '; Default_Ignorable_Code_Point'``),
 adjacent ranges merged."""
 _IGNORABLE_STARTS = tuple(first for first, _ in _IGNORABLE)
+
+_REMOVED_CATEGORIES = frozenset({"Cf", "Mn", "Me"})
+"""General categories removed from the normalised form: format characters, and the
+nonspacing and enclosing combining marks (U+0301 COMBINING ACUTE ACCENT, U+0332 COMBINING
+LOW LINE, U+20DD COMBINING ENCLOSING CIRCLE), which a renderer draws on the character
+before them, so that ``AKIA...X\u0301W`` reads as one token again. A mark that NFC would
+compose with its base (``e`` and U+0301) goes too: the form is read, never stored."""
 
 _BLANKS = {0x1680: " ", 0x2800: " ", 0x1D159: " "}
 """Blank characters that NFKC leaves as they are, read as a space: OGHAM SPACE MARK (a
@@ -237,7 +244,8 @@ def normalised(base: View) -> View | None:
 def _changes(text: str) -> dict[int, str]:
     """What normalisation does to the characters of ``text``, by code point: an
     invisible character (a Default_Ignorable_Code_Point, or a format character: category
-    ``Cf``) becomes nothing, a decimal digit of any script its ASCII digit, a blank one
+    ``Cf``) and a combining mark (``_REMOVED_CATEGORIES``) become
+    nothing, a decimal digit of any script its ASCII digit, a blank one
     (``_BLANKS``) a space, another its NFKC form
     where that differs (no NFKC form holds an invisible character but those of U+3164
     and U+FFA0, themselves invisible). ASCII is its own normal form."""
@@ -247,7 +255,7 @@ def _changes(text: str) -> dict[int, str]:
     for ch in set(text):
         if ch.isascii():
             continue
-        if is_ignorable(ch) or unicodedata.category(ch) == "Cf":
+        if is_ignorable(ch) or unicodedata.category(ch) in _REMOVED_CATEGORIES:
             form = ""
         elif unicodedata.decimal(ch, None) is not None:  # a decimal digit of any script: ٤ reads 4
             form = str(unicodedata.decimal(ch))
