@@ -307,3 +307,18 @@ def test_a_refused_setting_is_named_by_its_variable(
     assert run_args(["versions"]) == 2
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"error: {said}") and "\n" not in line and "Traceback" not in line
+
+
+def test_a_usage_error_never_quotes_an_argument_read_as_an_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """A text that starts with '-' (a private key's first line) is read as an option, and the
+    usage error is printed before any screening: it says so without the text."""
+    from workers.cli.root import run_args
+
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    assert run_args(["write", "s", key, "--purpose", "support"], prog_name="memledger") == 2
+    said = capsys.readouterr().err
+    assert "b3BlbnNzaC1rZXktdjEAAAAA" not in said and "BEGIN" not in said
+    assert "an argument that starts with '-' was read as an option (not shown here: it may hold data)" in said
+    assert run_args(["write", "s", "x", "--purpose", "support", "--api-key=SECRET123"], prog_name="memledger") == 2
+    said = capsys.readouterr().err
+    assert "No such option: --api-key" in said and "SECRET123" not in said  # an option's name is shown

@@ -580,6 +580,7 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.exceptions.TyperException as exc:  # usage errors: bad option, missing argument
+        _unquote_argument(exc)
         show = getattr(exc, "show", None)
         if show is not None:
             show()
@@ -604,6 +605,24 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
         print(f"error: {_describe(exc)}", file=sys.stderr)
         return 2
     return code if isinstance(code, int) else 0
+
+
+_OPTION_SHAPE = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+"""What an option's name looks like; an "option" of another shape is an argument that
+starts with ``-`` (a text, a private key's ``-----BEGIN`` line)."""
+
+
+def _unquote_argument(exc: Exception) -> None:
+    """A usage error's "no such option" that would quote an argument (``-----BEGIN ...``:
+    a text starting with ``-`` is read as an option) says what happened without it: the
+    argument may hold a secret, and a usage error is printed before screening."""
+    name = getattr(exc, "option_name", None)
+    if isinstance(name, str) and not _OPTION_SHAPE.fullmatch(name) and hasattr(exc, "message"):
+        exc.message = (
+            "an argument that starts with '-' was read as an option (not shown here: it may hold data);"
+            " put -- before the arguments, after the options: memledger write SUBJECT --purpose P -- '-text'"
+        )
+        exc.possibilities = []  # type: ignore[attr-defined]
 
 
 def _run_noting_interruptions(args: list[str] | None, prog_name: str | None) -> Any:
