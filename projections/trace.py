@@ -339,12 +339,15 @@ def _disk_trace(conn: psycopg.Connection, stores: list[StoreTrace], requested_at
     after a compaction leaves no residue to report."""
     removed = [s.removed_at if s.rebuilt else s.applied_at for s in stores]
     applied = [datetime.fromisoformat(at) for at in removed if at is not None]
-    pending = any(s.status == "pending" for s in stores)
+    pending = [f"{s.store} {s.probe}" if s.probe == "unreachable" else s.store for s in stores if s.status == "pending"]
     after = max([requested_at, *applied])
     last = last_complete(conn, after)
     t = StoreTrace(store="disk", status="reported", probe="residue until compaction (memledger compact)")
     if pending:
-        t.probe = "residue until compaction (run memledger compact once every store applied the erasure)"
+        t.probe = (
+            "residue until compaction (run memledger compact once every store applied the erasure;"
+            f" pending: {', '.join(pending)})"
+        )
     elif last.complete_at is not None:
         t.status, t.applied_at, t.probe = "applied", last.complete_at, f"compacted at {last.complete_at}"
         t.latency_s = _latency(datetime.fromisoformat(last.complete_at), requested_at)
