@@ -15,11 +15,15 @@ from pydantic import AfterValidator, AwareDatetime, BeforeValidator, StringConst
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # year 1 ahead of UTC, or year 9999 behind it
+        raise ValueError("must be a time UTC can hold: between 0001-01-01 and 9999-12-31 in UTC") from None
 
 
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
-"""A timezone-aware datetime, normalised to UTC. Naive datetimes are rejected."""
+"""A timezone-aware datetime, normalised to UTC. Naive datetimes are rejected, and so are
+times UTC cannot hold (year 1 ahead of UTC)."""
 
 MAX_ID_BYTES = 512
 """The longest identifier, in bytes of UTF-8."""

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,12 @@ def parse_time(value: str | None, field: str) -> datetime | None:
     if moment.tzinfo is None:
         example = value if "T" in value or " " in value else f"{value}T00:00:00"
         raise typer.BadParameter(f"{field}: must include a timezone, e.g. {example}Z or {example}+00:00")
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:  # year 1 ahead of UTC, or year 9999 behind it
+        raise typer.BadParameter(
+            f"{field}: must be a time UTC can hold: between 0001-01-01 and 9999-12-31 in UTC"
+        ) from None
     return moment
 
 

@@ -11,10 +11,10 @@ by the ledger and refused with the same words as the CLI.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 Kind = Literal["preference", "fact", "inference", "task_state", "summary"]
 Sensitivity = Literal["public", "internal", "personal", "restricted"]
@@ -29,6 +29,19 @@ READS: tuple[ProjectionName, ...] = ("facts", "vectors", "summaries")
 
 MAX_BATCH = 100
 """The most memories one batch write takes."""
+
+def _utc_holds(moment: datetime) -> datetime:
+    """``moment`` as given, once UTC can hold it: a time of year 1 ahead of UTC (or of
+    year 9999 behind it) has no UTC time in Python's range (years 1 to 9999)."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("must be a time UTC can hold: between 0001-01-01 and 9999-12-31 in UTC") from None
+    return moment
+
+
+Time = Annotated[AwareDatetime, AfterValidator(_utc_holds)]
+"""An aware time (ISO 8601 with a zone) that UTC can hold."""
 
 Text = Field(min_length=1, max_length=65_536)
 Ident = Field(min_length=1, max_length=512)
@@ -64,7 +77,7 @@ class WriteMemory(Request):
     scope: str = Field(default="subject", min_length=1, max_length=520)
     key: str | None = Field(default=None, min_length=1, max_length=512)
     sensitivity: Sensitivity = "internal"
-    expires_at: AwareDatetime | None = None
+    expires_at: Time | None = None
     basis: Basis = "indefinite"
     consent_ref: str | None = Field(default=None, min_length=1, max_length=512)
     turn_id: str | None = Field(default=None, min_length=1, max_length=512)
@@ -94,7 +107,7 @@ class Supersede(Request):
     kind: Kind | None = None
     key: str | None = Field(default=None, min_length=1, max_length=512)
     sensitivity: Sensitivity | None = None
-    expires_at: AwareDatetime | None = None
+    expires_at: Time | None = None
     basis: Basis | None = None
     consent_ref: str | None = Field(default=None, min_length=1, max_length=512)
     turn_id: str | None = Field(default=None, min_length=1, max_length=512)
@@ -157,10 +170,10 @@ class Recall(Request):
     query: str = Field(min_length=1, max_length=4096)
     purpose: str = Ident
     k: int = Field(default=10, ge=1, le=1000, strict=True)
-    now: AwareDatetime | None = None
+    now: Time | None = None
     scope: list[str] = Field(default_factory=list, max_length=64)
     include_unconfirmed: bool = Field(default=False, strict=True)
-    as_of: AwareDatetime | None = None
+    as_of: Time | None = None
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
     wait_for: list[LogPosition] = Field(default_factory=list, max_length=1000)
     wait_timeout_s: float = Field(default=5.0, ge=0.0, le=60.0)
