@@ -16,7 +16,7 @@ path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -95,7 +95,7 @@ class Settings(BaseSettings):
         " go to the other workers of its group (the broker accepts 6 to 1800 by default)",
     )
     consumer_heartbeat_interval_s: float = Field(default=1.0, gt=0, description="seconds between consumer heartbeats")
-    recall_weights: dict[str, float] = Field(
+    recall_weights: dict[str, Annotated[float, Field(strict=True)]] = Field(
         default_factory=lambda: dict(DEFAULT_WEIGHTS),
         description="JSON object: ranker (fts, vector, lineage, sessions, neighbours) -> weight >= 0 in the"
         " weighted reciprocal rank fusion; a ranker left out or given 0 is off",

@@ -268,10 +268,13 @@ def test_recall_weights_must_be_finite_and_turn_at_least_one_ranker_on() -> None
         ({"fts": 1e308}, "between 0 and 1000"),
         ({}, "at least one ranker"),
         ({"fts": 0.0, "vector": 0.0}, "at least one ranker"),
+        ({"fts": "1"}, "valid number"),  # a weight is a JSON number: not a string, not true
+        ({"fts": True}, "valid number"),
     ):
         with pytest.raises(ValidationError, match=rule):
             Settings(recall_weights=weights)
     assert Settings(recall_weights={"fts": 2.0}).recall_weights == {"fts": 2.0}
+    assert Settings(recall_weights={"fts": 2}).recall_weights == {"fts": 2.0}
 
 
 def test_a_setting_that_is_not_json_is_named_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,3 +325,14 @@ def test_a_usage_error_never_quotes_an_argument_read_as_an_option(capsys: pytest
     assert run_args(["write", "s", "x", "--purpose", "support", "--api-key=SECRET123"], prog_name="memledger") == 2
     said = capsys.readouterr().err
     assert "No such option: --api-key" in said and "SECRET123" not in said  # an option's name is shown
+
+
+def test_a_cli_time_utc_cannot_hold_is_refused_naming_the_option() -> None:
+    import typer
+
+    from workers.cli.util import parse_time
+
+    with pytest.raises(typer.BadParameter, match=r"^as_of: must be a time UTC can hold: between 0001-01-01 and"):
+        parse_time("0001-01-01T00:30:00+01:00", "as_of")
+    moment = parse_time("0001-01-01T00:00:00Z", "as_of")
+    assert moment is not None and moment.year == 1
