@@ -21,6 +21,7 @@ given time (what recall may return, swept or not); each keyed memory carries
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,6 +37,9 @@ LIVE = ("active", "needs_confirmation")
 
 MAX_PAGE = 500
 """The largest page ``list_memories`` returns."""
+
+_MEMORY_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""A memory id in canonical form (a UUID, RFC 9562)."""
 
 REFERENCES = ("turn_id", "tool_call_id", "source_ref", "consent_ref")
 """Provenance references: personal fields, returned only ``with_content``."""
@@ -180,9 +184,14 @@ def list_memories(
     none of them); ``unexpired_at`` (aware UTC): only
     memories whose ``expires_at`` is later, or none. The caller has authorised the
     reader. Raises ``ValueError`` (field ``limit``) for a limit outside 1..``MAX_PAGE``,
-    and psycopg errors when the facts tables are unreachable."""
+    (field ``after``) for an ``after`` that is not a memory id, and psycopg errors when
+    the facts tables are unreachable."""
     if not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit: must be between 1 and {MAX_PAGE}")
+    if after is not None:
+        after = after.strip().lower()
+        if not _MEMORY_ID.fullmatch(after):  # other text sorts before or after every id: all or none
+            raise ValueError("after: must be a memory id (a UUID: the next_after of the page before)")
     params: dict[str, Any] = {
         "subject": subject_id,
         "after": after or "",

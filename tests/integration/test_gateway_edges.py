@@ -200,3 +200,22 @@ def test_one_memory_of_a_subject_may_be_a_summary(gateway: Gateway, svc: Service
     svc.catch_up()
     found = gateway.memory(ora, "ora", summary).memory
     assert found.kind == "summary" and found.status == "active" and found.content == "Ora rows"
+
+
+def test_a_listing_pages_by_memory_id_and_refuses_an_after_that_is_not_one(gateway: Gateway, svc: Services) -> None:
+    pia = caller(gateway, "pia")
+    ids = [
+        gateway.write(pia, "pia", wire.WriteMemory(content=f"Pia fact {i}", purpose=PURPOSE)).memory_id
+        for i in range(3)
+    ]
+    svc.catch_up()
+    first = gateway.memories(pia, "pia", limit=2)
+    assert [m.memory_id for m in first.memories] == ids[:2] and first.next_after == ids[1]
+    rest = gateway.memories(pia, "pia", limit=2, after=str(first.next_after).upper())  # an id in any case
+    assert [m.memory_id for m in rest.memories] == ids[2:] and rest.next_after is None
+    with pytest.raises(InvalidRequestError) as refused:  # "garbage" sorts after every id: an empty page, silently
+        gateway.memories(pia, "pia", after="garbage")
+    assert (refused.value.field, refused.value.rule) == (
+        "after",
+        "must be a memory id (a UUID: the next_after of the page before)",
+    )
