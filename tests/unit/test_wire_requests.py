@@ -66,3 +66,35 @@ def test_a_contract_time_utc_cannot_hold_is_refused() -> None:
 
     with pytest.raises(ValidationError, match="must be a time UTC can hold"):
         TypeAdapter(UtcDatetime).validate_python("0001-01-01T00:30:00+01:00")
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "field"),
+    [
+        (wire.Erase, {"whole_subject": "yes"}, "whole_subject"),  # an irreversible erasure from a string
+        (wire.Erase, {"whole_subject": 1}, "whole_subject"),
+        (wire.Erase, {"memory_ids": ["01a23ea1-f91d-7000-8000-000000000000"], "with_history": "true"}, "with_history"),
+        (wire.WriteMemory, {"content": "x", "purpose": "p", "confirmed": "yes"}, "confirmed"),
+        (wire.WriteMemory, {"content": "x", "purpose": "p", "key": "k", "supersede_key": 1}, "supersede_key"),
+        (wire.Supersede, {"content": "x", "confirmed": "no"}, "confirmed"),
+        (wire.RevokeConsent, {"purpose": "p", "allow_unmatched": "on"}, "allow_unmatched"),
+        (wire.Recall, {**BASE, "wait_timeout_s": True}, "wait_timeout_s"),
+        (wire.Wait, {"positions": [{"partition": 0, "offset": 1}], "timeout_s": "5"}, "timeout_s"),
+    ],
+)
+def test_a_flag_or_duration_of_another_json_type_is_refused(model: Any, body: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        model.model_validate(body)
+    assert field in [".".join(map(str, e["loc"])) for e in refused.value.errors()]
+
+
+def test_a_memory_tool_line_number_is_a_json_integer() -> None:
+    from workers.wire.memory_tool import MemoryInsert, MemoryView
+
+    view = {"command": "view", "path": "/memories/a.md", "purpose": "p"}
+    with pytest.raises(ValidationError):
+        MemoryView.model_validate({**view, "view_range": [True, "3"]})
+    assert MemoryView.model_validate({**view, "view_range": [1, -1]}).view_range == [1, -1]
+    insert = {"command": "insert", "path": "/memories/a.md", "insert_text": "x", "content_sha256": "0" * 64}
+    with pytest.raises(ValidationError):
+        MemoryInsert.model_validate({**insert, "purpose": "p", "insert_line": True})

@@ -43,7 +43,7 @@ class MemoryView(Request):
 
     command: Literal["view"]
     path: _Path
-    view_range: list[int] | None = Field(default=None, min_length=2, max_length=2)
+    view_range: list[Annotated[int, Field(strict=True)]] | None = Field(default=None, min_length=2, max_length=2)
     purpose: _Purpose
 
 
@@ -74,7 +74,7 @@ class MemoryInsert(Request):
 
     command: Literal["insert"]
     path: _Path
-    insert_line: int = Field(ge=-(2**31), le=2**31)
+    insert_line: int = Field(ge=-(2**31), le=2**31, strict=True)
     insert_text: _Text
     content_sha256: _Sha256
     purpose: _Purpose

@@ -3,8 +3,9 @@ pydantic alone, so that the client (``workers.client``) needs no server dependen
 
 Requests forbid unknown fields; a request never names its subject (the subject is the
 URL's, checked against the credential) nor its writer (the authenticated principal).
-Times are ISO 8601 with a zone, returned in UTC. Counts, positions and flags of a request
-are strict (``true`` is not 1, ``"5"`` is not 5, ``1`` is not true). Field constraints here are the wire's
+Times are ISO 8601 with a zone, returned in UTC. Counts, positions, durations and flags of
+a request are strict (``true`` is not 1, ``"5"`` is not 5, ``1`` and ``"yes"`` are not true:
+``{"whole_subject": "yes"}`` must not erase a subject). Field constraints here are the wire's
 own (types, sizes); the ledger's rules (retention per class, slots, consent) are checked
 by the ledger and refused with the same words as the CLI.
 """
@@ -29,6 +30,7 @@ READS: tuple[ProjectionName, ...] = ("facts", "vectors", "summaries")
 
 MAX_BATCH = 100
 """The most memories one batch write takes."""
+
 
 def _utc_holds(moment: datetime) -> datetime:
     """``moment`` as given, once UTC can hold it: a time of year 1 ahead of UTC (or of
@@ -84,11 +86,11 @@ class WriteMemory(Request):
     tool_call_id: str | None = Field(default=None, min_length=1, max_length=512)
     source_ref: str | None = Field(default=None, min_length=1, max_length=512)
     derived_from: list[str] = Field(default_factory=list, max_length=1000)
-    confirmed: bool = False
+    confirmed: bool = Field(default=False, strict=True)
     confidence: float | None = None  # the ledger checks it: a finite number in [0, 1]
     veracity: Veracity | None = None
     agent: str | None = Field(default=None, min_length=1, max_length=512)
-    supersede_key: bool = False
+    supersede_key: bool = Field(default=False, strict=True)
 
 
 class WriteBatch(Request):
@@ -114,7 +116,7 @@ class Supersede(Request):
     tool_call_id: str | None = Field(default=None, min_length=1, max_length=512)
     source_ref: str | None = Field(default=None, min_length=1, max_length=512)
     derived_from: list[str] | None = Field(default=None, max_length=1000)
-    confirmed: bool | None = None
+    confirmed: bool | None = Field(default=None, strict=True)
     veracity: Veracity | None = None
     agent: str | None = Field(default=None, min_length=1, max_length=512)
 
@@ -132,7 +134,7 @@ class RevokeConsent(Request):
 
     consent_ref: str | None = Field(default=None, min_length=1, max_length=512)
     purpose: str | None = Field(default=None, min_length=1, max_length=512)
-    allow_unmatched: bool = False
+    allow_unmatched: bool = Field(default=False, strict=True)
 
 
 class Erase(Request):
@@ -144,11 +146,11 @@ class Erase(Request):
     (``ledger.supersession``)."""
 
     memory_ids: list[str] = Field(default_factory=list, max_length=1000)
-    whole_subject: bool = False
+    whole_subject: bool = Field(default=False, strict=True)
     source: str | None = Field(default=None, min_length=1, max_length=512)
     reason: str = Field(default="erasure requested by the subject", min_length=1, max_length=512)
     legal_basis: str = Field(default="gdpr-art-17", min_length=1, max_length=512)
-    with_history: bool = False
+    with_history: bool = Field(default=False, strict=True)
 
 
 class LogPosition(BaseModel):
@@ -176,7 +178,7 @@ class Recall(Request):
     as_of: Time | None = None
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
     wait_for: list[LogPosition] = Field(default_factory=list, max_length=1000)
-    wait_timeout_s: float = Field(default=5.0, ge=0.0, le=60.0)
+    wait_timeout_s: float = Field(default=5.0, ge=0.0, le=60.0, strict=True)
 
 
 class Wait(Request):
@@ -185,7 +187,7 @@ class Wait(Request):
 
     positions: list[LogPosition] = Field(min_length=1, max_length=1000)
     projections: list[ProjectionName] = Field(default_factory=lambda: list(READS), min_length=1, max_length=4)
-    timeout_s: float = Field(default=5.0, ge=0.0, le=60.0)
+    timeout_s: float = Field(default=5.0, ge=0.0, le=60.0, strict=True)
 
 
 # -- responses --------------------------------------------------------------------------
