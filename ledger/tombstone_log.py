@@ -142,18 +142,24 @@ class KafkaTombstoneLog:
     saw (the new topic may already hold as many records as the old one), or a partition
     ends before where it was read to.
 
+    ``checked``: the caller has just checked the topic itself (``workers.bootstrap``
+    judges every topic at once, and lets ``lag`` and ``dlq`` go on with a wrong setting
+    to show it); otherwise it is checked here.
+
     Raises (constructor):
         EventLogError: Kafka cannot be reached.
         TopicMisconfiguredError: the topic is missing, or not compacted with infinite
             retention (``ledger.topics``; ``memledger topics create`` makes it).
     """
 
-    def __init__(self, bootstrap: str, topic: str = TOMBSTONE_TOPIC, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str = TOMBSTONE_TOPIC, timeout_s: float = 30.0, *, checked: bool = False
+    ) -> None:
         self.topic = topic
         self._bootstrap = bootstrap
         self._timeout_s = timeout_s
-        # never created here: a reader that made a missing topic would start from nothing
-        topics.prepare(bootstrap, [topics.tombstone_topic(topic)], 1, create=False)
+        if not checked:  # never created here: a reader that made a missing topic would start from nothing
+            topics.prepare(bootstrap, [topics.tombstone_topic(topic)], 1, create=False)
         with ExitStack() as built:  # if the consumer cannot be built, the producer is closed
             try:
                 self._producer = KafkaProducer(

@@ -581,7 +581,8 @@ def build(
             closers.append(dlq.close)
             from ledger.tombstone_log import KafkaTombstoneLog
 
-            tombstone_log = KafkaTombstoneLog(settings.kafka_bootstrap, topic=settings.tombstone_topic)
+            # prepare_topics judged it (and it exists: a missing topic is never tolerated)
+            tombstone_log = KafkaTombstoneLog(settings.kafka_bootstrap, topic=settings.tombstone_topic, checked=True)
             closers.append(tombstone_log.close)
             if settings.tombstone_topic in created:
                 _republish_tombstones(pool, tombstone_log)

@@ -219,17 +219,19 @@ def test_a_broker_that_refuses_the_records_gets_them_once_it_accepts_them(
         samples = scrape(svc)
         assert samples[("memledger_outbox_records", ())] >= len(lost)
         assert samples[("memledger_outbox_subjects", ())] >= 1
-        if command == "write":  # the CLI's lag shows it too, though the topic's setting is wrong
-            shown = subprocess.run(
-                [sys.executable, "-m", "workers", "lag", "--json"],
-                env=settings_env(settings),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert shown.returncode == 0, shown.stderr
-            assert json.loads(shown.stdout)["outbox"]["records"] >= len(lost)
-            assert f"topic {topic}: max.message.bytes: must be at least" in shown.stderr
+        if command in ("write", "erase"):  # lag and dlq run though the events or tombstone topic is wrong
+            for shows in ("lag", "dlq"):
+                shown = subprocess.run(
+                    [sys.executable, "-m", "workers", shows, "--json"],
+                    env=settings_env(settings),
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                assert shown.returncode == 0, (shows, shown.stderr)
+                assert f"topic {topic}: max.message.bytes: must be at least" in shown.stderr, shows
+                if shows == "lag":
+                    assert json.loads(shown.stdout)["outbox"]["records"] >= len(lost)
         if command == "erase":  # the trace says where the request is, not "partition None"
             assert raised.value.request_id is not None
             waiting_trace = trace(svc.pool, raised.value.request_id, svc.trace_targets())
