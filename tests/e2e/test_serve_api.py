@@ -548,11 +548,13 @@ def test_metrics_count_requests_refusals_and_recalls_for_an_admin_key_only(
     assert value(samples, "memledger_http_refusals_total", route="/metrics", reason="forbidden") >= 1
     assert value(samples, "process_resident_memory_bytes") > 0
     assert value(samples, "memledger_heap_frozen_objects") > 0  # start-up settled (workers.serve.runtime)
+    # the ledger's state, in both modes (in the distributed mode the workers apply, serve shows it too)
+    position = ack.positions[0]
     applied = ("memledger_projection_applied_offset", frozenset({("projection", "facts_v1"), ("partition", "0")}))
-    if served.cli.env.get("MEMLEDGER_KAFKA_BOOTSTRAP") is None:  # serve runs the projections: it shows where they are
-        assert samples[applied] >= ack.positions[0].offset
-    else:  # a stateless API process: the workers show them
-        assert applied not in samples
+    wanted = frozenset({("projection", "facts_v1"), ("partition", str(position.partition))})
+    assert applied in samples and ("memledger_projection_lag_records", wanted) in samples
+    assert ("memledger_outbox_records", frozenset()) in samples
+    assert value(samples, "memledger_metrics_source_up", source="postgres") == 1
     secrets = {t.subject, other.subject, ack.memory_id, t.token, scraper, *(e.event_id for e in ack.events)}
     assert not any(s and s in v for v in label_values(samples) for s in secrets)
 

@@ -129,8 +129,10 @@ def run_serve(settings: Settings, host: str, port: int) -> None:
             routers.append(operator_router(gateway, CommandRunner(gateway), info))
             projector = Projector(svc)
             projector.start()
-            serve_process_metrics(svc.pool, svc.log)  # serve runs the projections: their lag is its to show
             files.write(settings.data_dir, info)
+        # the log, lag, stall, outbox and erasure families are the ledger's state, read from its
+        # PostgreSQL and log: each serve shows them, in the distributed mode as the workers' listener does
+        serve_process_metrics(svc.pool, svc.log)
         app = instrument(create_app(gateway, routers))
         mount_mcp(app, gateway)
         config = uvicorn.Config(
