@@ -511,7 +511,8 @@ def _probe_cache(
 ) -> tuple[int | None, int | None]:
     """(cached items of the erased ids, or for a whole subject (``later`` not ``None``)
     every cached item of the subject but those of the memories written after the erasure,
-    in every entry under the subject's key prefix, listed or not; cached items whose text
+    in every entry under the subject's key prefix, listed in its entry set or not (an
+    entry restored from a backup is a copy whatever the request); cached items whose text
     has an erased fingerprint). An entry that is not a recall result (unreadable, or of
     another shape) counts as one copy found: it may hold anything. ``(None, None)`` when
     Redis does not answer (unknown, not absent)."""
@@ -521,7 +522,7 @@ def _probe_cache(
     by_id = by_fp = 0
     spared = set(later or ()) - ids
     try:
-        keys = cache.entries(subject) if later is None else cache.all_entries(subject)
+        keys = dict.fromkeys([*cache.entries(subject), *cache.all_entries(subject)])
         for key in keys:
             try:
                 entry = cache.get(key)

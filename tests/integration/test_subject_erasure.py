@@ -102,3 +102,22 @@ def test_a_cache_entry_trace_cannot_read_is_a_copy_found_not_an_unreachable_stor
     cache = next(s for s in report.stores if s.store == "cache")
     assert cache.status == "failed" and cache.probe_found is not None and cache.probe_found >= 1, cache
     assert report.verdict == "failed"
+
+
+def test_trace_of_an_erasure_by_id_finds_a_cache_entry_its_entry_set_does_not_list(svc: Services) -> None:
+    """An entry put back under the subject's prefix (restored from a backup, say) without
+    its entry set listing it still holds the erased memory: trace finds it by scanning."""
+    p = svc.principal()
+    gone = svc.ledger.write(p, memory_write("ivy", "Ivy's locker code is 5512"))
+    svc.ledger.write(p, memory_write("ivy", "Ivy likes rowing"))
+    r = svc.ledger.erase(p, EraseMemories(subject_id="ivy", memory_ids=[gone.memory_id], reason="asked"))
+    svc.catch_up()
+    assert r.request_id is not None and svc.cache is not None
+    report = trace(svc.pool, r.request_id, svc.trace_targets())
+    assert report.verdict == "complete", [(s.store, s.status, s.probe) for s in report.stores]
+    restored = [{"memory_id": gone.memory_id, "revision": 1, "content": "Ivy's locker code is 5512", "grouped": []}]
+    svc.cache.client.set(svc.cache.entry_key("ivy", {"restored": True}), json.dumps(restored))  # no entry set
+    report = trace(svc.pool, r.request_id, svc.trace_targets())
+    cache = next(s for s in report.stores if s.store == "cache")
+    assert cache.status == "failed" and cache.probe_found == 1, cache
+    assert report.verdict == "failed"
