@@ -165,10 +165,16 @@ def probe_kafka_dlq(bootstrap: str, topic: str, scope: ErasureScope, timeout_s: 
                 for m in msgs:
                     if (m.key or b"").decode("utf-8", "replace") != scope.subject_id:
                         continue
-                    body: dict[str, Any] = json.loads(m.value)
-                    if scope.covers(scope.subject_id, base64.b64decode(body.get("value_b64", ""))):
-                        source = (int(body["partition"]), int(body["offset"]))
-                        found.append(LetterRef(body["projection"], *source, m.partition, m.offset))
+                    try:
+                        body: dict[str, Any] = json.loads(m.value)
+                        covered = scope.covers(scope.subject_id, base64.b64decode(body.get("value_b64", "")))
+                        source = (int(body["partition"]), int(body["offset"])) if covered else (-1, -1)
+                        projection = str(body["projection"])
+                    except (ValueError, KeyError, TypeError, AttributeError):  # not the ledger's: it may hold anything
+                        found.append(LetterRef("unknown", m.partition, m.offset, m.partition, m.offset))
+                        continue
+                    if covered:
+                        found.append(LetterRef(projection, *source, m.partition, m.offset))
     except KafkaError as exc:
         raise EventLogError(f"reading {topic} on {bootstrap} failed: {exc}") from exc
     finally:

@@ -203,6 +203,31 @@ class KafkaEventLog:
         self._consumer.close()
 
 
+FOREIGN = "unknown"
+"""The projection of a record in the dead-letter topic that the ledger did not write."""
+
+
+def _letter_of(m: Any) -> tuple[DeadLetter, int]:
+    """The dead letter of a record of the dead-letter topic, and when it was put (ns, the
+    putter's clock); a record the ledger did not write (not its JSON) is listed as one of
+    projection ``unknown`` at its own place in the topic, never a failure of the listing."""
+    try:
+        b = json.loads(m.value)
+        letter = DeadLetter(
+            str(b["projection"]),
+            int(b["partition"]),
+            int(b["offset"]),
+            str(b["key"]),
+            base64.b64decode(b["value_b64"]),
+            str(b["reason"]),
+        )
+        return letter, int(b.get("failed_at_ns", m.timestamp * 1_000_000))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # binascii.Error is a ValueError
+        key = (m.key or b"").decode("utf-8", "replace")
+        reason = f"not a dead letter of the ledger ({type(exc).__name__}), at the dead-letter topic's own position"
+        return DeadLetter(FOREIGN, m.partition, m.offset, key, bytes(m.value or b""), reason), m.timestamp * 1_000_000
+
+
 class KafkaDeadLetterQueue:
     """``DeadLetterQueue`` on the ``memory.dlq`` topic. The value is JSON with the
     projection, source partition and offset, reason, and the original key and value
@@ -247,18 +272,8 @@ class KafkaDeadLetterQueue:
             while any(consumer.position(tp) < ends[tp] for tp in tps):
                 for msgs in consumer.poll(timeout_ms=1000).values():
                     for m in msgs:
-                        b = json.loads(m.value)
-                        letter = DeadLetter(
-                            b["projection"],
-                            b["partition"],
-                            b["offset"],
-                            b["key"],
-                            base64.b64decode(b["value_b64"]),
-                            b["reason"],
-                        )
-                        found.append(
-                            (int(b.get("failed_at_ns", m.timestamp * 1_000_000)), m.partition, m.offset, letter)
-                        )
+                        letter, at_ns = _letter_of(m)
+                        found.append((at_ns, m.partition, m.offset, letter))
         finally:
             consumer.close()
         found.sort(key=lambda f: f[:3])  # put order: the putter's clock (ns), then position

@@ -112,5 +112,16 @@ def test_kafka_dlq_letters_of_the_erasure_are_listed_by_trace_as_reported(
         svc.catch_up()
         clean = store(trace(svc.pool, r2.request_id, svc.trace_targets()), "dlq")
         assert (clean.status, clean.probe) == ("applied", "absent")
+
+        # a record of the subject in the topic that the ledger did not write may hold anything: listed
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+        try:
+            producer.send(svc.settings.dlq_topic, key=b"alice", value=b"not a letter").get(30)
+        finally:
+            producer.close()
+        foreign = store(trace(svc.pool, r2.request_id, svc.trace_targets()), "dlq")
+        assert foreign.status == "reported" and foreign.probe_found == 1 and "unknown p" in foreign.probe
     finally:
         svc.close()

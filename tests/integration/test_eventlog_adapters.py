@@ -250,6 +250,36 @@ def test_kafka_dead_letter_queue_lists_newest_last_on_a_partitioned_topic(kafka_
         dlq.close()
 
 
+def test_a_record_of_the_dead_letter_topic_the_ledger_did_not_write_is_listed_not_a_failure(
+    kafka_bootstrap: str,
+) -> None:
+    from kafka import KafkaProducer
+
+    kafka_log = _kafka()
+    topic = _dlq_topic()
+    kafka_log.ensure_topics(kafka_bootstrap, 1, [topic])
+    dlq = kafka_log.KafkaDeadLetterQueue(kafka_bootstrap, topic=topic)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    try:
+        letter = DeadLetter("facts_v1", 0, 7, "user-1", b"v", "unknown event type")
+        dlq.put(letter)
+        for value in (b"x", b'{"projection": "facts_v1"}', b"[1]"):  # not JSON; not a letter's fields; not an object
+            producer.send(topic, key=b"user-2", value=value).get(30)
+        listed = dlq.list()
+        assert listed[0] == letter and len(listed) == 4
+        for foreign, offset in zip(listed[1:], (1, 2, 3), strict=True):
+            assert (foreign.projection, foreign.partition, foreign.offset, foreign.key) == (
+                "unknown",
+                0,
+                offset,
+                "user-2",
+            )
+            assert foreign.reason.startswith("not a dead letter of the ledger")
+    finally:
+        producer.close()
+        dlq.close()
+
+
 def test_a_distributed_build_that_fails_after_the_kafka_log_closes_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kafka_bootstrap: str, fresh_dsn: str, redis_url: str
 ) -> None:
