@@ -147,6 +147,10 @@ interruptions: list[str] = []
 """This process's notes of interrupted commands, in order, for a console entry point to
 print once the interruption has unwound (the CLI's framework swallows the exception)."""
 
+committed: list[str] = []
+"""The commands this process committed, in order (their names): with ``interruptions``,
+what an interrupted console process may say it wrote."""
+
 
 def _note_interruption(exc: BaseException, command: str, when: str) -> None:
     """Note on ``exc``, when it is an interruption, whether ``command`` was written."""
@@ -1101,6 +1105,7 @@ class Ledger:
                 self._abandon(conn)
                 _note_interruption(exc, command, "during")
                 raise
+            committed.append(command)
             try:
                 self._fault(command, "committed", conn)
                 positions = self._sink.settle(conn, staged)

@@ -255,6 +255,37 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.parametrize("after_s", [0.4, 1.5])
+def test_a_command_interrupted_before_it_recorded_anything_says_so(embedded_cli: Cli, after_s: float) -> None:
+    """SIGTERM while the commands are imported (0.4 s) or the stores start (1.5 s): one
+    line saying nothing was recorded, never a silent death or a traceback."""
+    data_dir = Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]).resolve()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers", "write", "early", "Early bird", "--purpose", "support"],
+        env=embedded_cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(after_s)
+        if proc.poll() is not None:
+            pytest.fail(f"the write ended before it could be interrupted: {proc.communicate()}")
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=90)
+        assert proc.returncode == 128 + signal.SIGTERM, (stdout, stderr)
+        assert "Traceback" not in stderr, stderr
+        said = [line for line in stderr.splitlines() if line.startswith("interrupted")]
+        assert len(said) == 1 and said[0].startswith("interrupted by SIGTERM: stopped before"), stderr
+        assert "wrote memory" not in stdout
+        assert _embedded_servers(data_dir) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _stop_leftovers(data_dir)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupted_embedded_command_stops_its_servers(embedded_cli: Cli, tmp_path: Path, sig: int) -> None:
     data_dir = Path(embedded_cli.env["MEMLEDGER_DATA_DIR"]).resolve()

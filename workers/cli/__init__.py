@@ -8,6 +8,7 @@ While ``memledger serve`` owns the data directory, ``main`` sends the command th
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Any
 
@@ -17,16 +18,23 @@ __all__ = ["app", "main"]
 def main() -> None:
     """Console entry point: the command goes through a running ``memledger serve`` of
     its data directory, or runs here (``workers.cli.root.main``)."""
-    from workers.serve.forward import maybe_forward
+    from workers import interrupts
 
+    interrupts.install()  # first: a SIGTERM while the commands are imported would kill the process unsaid
     try:
+        from workers.serve.forward import maybe_forward
+
         forwarded = maybe_forward(sys.argv[1:])
+        if forwarded is None:
+            from workers.cli.root import main as run_here
     except KeyboardInterrupt:
-        sys.exit(130)
+        signum = interrupts.received() or signal.SIGINT
+        name = signal.Signals(signum).name
+        said = "stopped before the command ran here (if it went to serve, look before running it again)"
+        print(f"interrupted by {name}: {said}", file=sys.stderr)
+        sys.exit(128 + signum)
     if forwarded is not None:
         sys.exit(forwarded)
-    from workers.cli.root import main as run_here
-
     run_here()
 
 

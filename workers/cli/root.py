@@ -650,7 +650,18 @@ def main() -> None:
     interrupts.ignore_from_now()
     signum = interrupts.received()
     if signum is not None:
-        name = signal.Signals(signum).name
-        print(f"interrupted by {name}: stopped (what was already appended to the log stays there)", file=sys.stderr)
+        print(interrupted_line(signum), file=sys.stderr)
         code = 128 + signum
     sys.exit(code)
+
+
+def interrupted_line(signum: int) -> str:
+    """The last line of a process an interruption stopped: that the ledger recorded nothing
+    when no command of it was committed or cut short (``ledger.service``: a command cut
+    short has its own line, saying whether it was written)."""
+    from ledger import service
+
+    name = signal.Signals(signum).name
+    if not service.committed and not service.interruptions:
+        return f"interrupted by {name}: stopped before the ledger recorded anything (running it again is safe)"
+    return f"interrupted by {name}: stopped (what was already appended to the log stays there)"
