@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts.types import identifier_problem
 from ledger.errors import InvalidCommandError, NotAuthorisedError
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,10 @@ class Principal(BaseModel):
         return any(g.allows(action, subject_id) for g in self.grants)
 
     def require(self, action: Action, subject_id: str) -> None:
-        """Raise ``NotAuthorisedError`` unless a grant allows ``action`` on ``subject_id``."""
+        """Raise ``NotAuthorisedError`` unless a grant allows ``action`` on ``subject_id``;
+        ``InvalidCommandError`` (field ``subject_id``) for an id no subject can have
+        (``check_subject``)."""
+        check_subject(subject_id)
         if not self.may(action, subject_id):
             raise NotAuthorisedError(self.id, action, subject_id)
 
@@ -66,13 +70,28 @@ class Principal(BaseModel):
         ``usable``: the actions the caller's credential may use at all (an API key's scopes).
 
         Raises:
+            InvalidCommandError: an id no subject can have (``check_subject``).
             NotAuthorisedError: neither grant, naming the read a listing needs.
         """
+        check_subject(subject_id)
         if "read" in usable and self.may("read", subject_id):
             return True
         if "erase" in usable and self.may("erase", subject_id):
             return False
         raise NotAuthorisedError(self.id, "read", subject_id)
+
+
+def check_subject(subject_id: str) -> None:
+    """Refuse a subject id that no event can hold (``contracts.types.identifier_problem``:
+    empty or only white space, control characters, over 512 bytes), which a wildcard grant
+    would otherwise allow and a read answer with nothing.
+
+    Raises:
+        InvalidCommandError: field ``subject_id``, the rule.
+    """
+    problem = identifier_problem(subject_id)
+    if problem is not None:
+        raise InvalidCommandError("subject_id", problem)
 
 
 class _PrincipalEntry(BaseModel):

@@ -336,3 +336,19 @@ def test_a_cli_time_utc_cannot_hold_is_refused_naming_the_option() -> None:
         parse_time("0001-01-01T00:30:00+01:00", "as_of")
     moment = parse_time("0001-01-01T00:00:00Z", "as_of")
     assert moment is not None and moment.year == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["replay", "facts", "--to-version", "999999999999999999999"], "less than or equal to 1000000"),
+        (["worker", "--poll-interval-s", "-1"], "greater than or equal to 0.01"),
+    ],
+)
+def test_out_of_range_options_are_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    from workers.cli.root import run_args
+
+    assert run_args(args, prog_name="memledger") == 2
+    assert said in capsys.readouterr().err

@@ -66,3 +66,19 @@ def test_a_grants_file_against_the_schema_is_refused_at_start_naming_the_key(tmp
     with pytest.raises(InvalidCommandError) as caught:
         GrantsFile(path)
     assert caught.value.field.startswith("grants_file:principals.dpo.grants.0.actions")
+
+
+@pytest.mark.parametrize(
+    ("subject", "rule"), [("", "must not be empty"), ("  ", "must not be empty"), ("a\x00b", "control")]
+)
+def test_a_subject_id_no_event_can_hold_is_refused_before_the_grants_are_read(subject: str, rule: str) -> None:
+    """A wildcard grant matches an empty subject id; a read of it would answer nothing."""
+    from ledger.errors import InvalidCommandError
+    from ledger.principals import Grant, Principal
+
+    everyone = Principal(id="ops", grants=(Grant(subjects=("*",), actions=("read", "write", "erase")),))
+    for check in (lambda: everyone.require("read", subject), lambda: everyone.may_list(subject)):
+        with pytest.raises(InvalidCommandError) as refused:
+            check()
+        assert refused.value.field == "subject_id" and rule in refused.value.rule
+    assert everyone.may_list("alice") is True

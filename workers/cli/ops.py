@@ -138,7 +138,9 @@ def dlq(limit: int = 20, as_json: JsonOpt = False) -> None:
 
 def worker(
     projection: Annotated[list[str] | None, typer.Option(help="projection(s) to run (repeat; default all)")] = None,
-    poll_interval_s: Annotated[float, typer.Option(help="embedded mode: seconds between polls")] = 0.5,
+    poll_interval_s: Annotated[
+        float, typer.Option(help="embedded mode: seconds between polls", min=0.01, max=60.0)
+    ] = 0.5,
     version: Annotated[
         int | None, typer.Option(help="distributed mode: run only this version of one projection", hidden=True)
     ] = None,

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from ledger.principals import check_subject
 from projections.facts import STABLE
 from projections.memories import MemoryEntry, list_memories
 from projections.wording import counted, one_line
@@ -116,6 +117,8 @@ def audit(
 ) -> None:
     """The audit log of memledger serve: refused attempts, erasures, traces and exports,
     with time (UTC), principal, key, subject, route or tool, outcome and reason."""
+    if subject is not None:
+        check_subject(subject)  # an empty one would match no entry, silently
     with services(own_vectors=False, projections=()) as svc:
         svc.principal().require("erase", "*")
         with svc.pool.connection() as conn:

@@ -24,6 +24,9 @@ from projections.errors import ProjectionStalledError
 from workers.cli.util import emit, services
 from workers.versioning import RebuildProgress, rebuild_many, retire, rollback
 
+MAX_VERSION = 1_000_000
+"""The highest version ``--to-version`` takes (the registry keeps PostgreSQL integers)."""
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 ProjectionArg = Annotated[str, typer.Argument(help="facts | vectors | cache | summaries")]
 
@@ -83,7 +86,11 @@ def replay(
     ],
     to_version: Annotated[
         int | None,
-        typer.Option(help="the version to build (default: one above every existing version; one projection only)"),
+        typer.Option(
+            help="the version to build (default: one above every existing version; one projection only)",
+            min=1,
+            max=MAX_VERSION,
+        ),
     ] = None,
     embedder: Annotated[
         str | None, typer.Option(help="vectors only: embedder of the new collection (default: the serving one's)")
