@@ -179,3 +179,21 @@ def test_a_write_whose_answer_was_lost_says_its_outcome_is_unknown_and_one_never
     with pytest.raises(TransportError) as read:  # a read lost is no doubt: it changes nothing
         healthz(TOKEN, gone, sync=sync)
     assert not read.value.outcome_unknown
+
+    def recall(client: Any) -> Any:
+        return client.recall("user-1", "tea", "support")
+
+    if sync:
+        with LedgerClient("http://ledger", TOKEN, retry=NO_WAIT, transport=httpx.MockTransport(gone)) as client:
+            with pytest.raises(TransportError) as recalled:  # a POST, but a read
+                recall(client)
+    else:
+
+        async def run() -> None:
+            transport = httpx.MockTransport(gone)
+            async with AsyncLedgerClient("http://ledger", TOKEN, retry=NO_WAIT, transport=transport) as client:
+                await client.recall("user-1", "tea", "support")
+
+        with pytest.raises(TransportError) as recalled:
+            asyncio.run(run())
+    assert not recalled.value.outcome_unknown and "outcome unknown" not in str(recalled.value)

@@ -77,9 +77,10 @@ NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx
 
 def may_have_acted(call: Call[Any], exc: httpx.TransportError) -> bool:
     """Whether the server may have acted on an attempt of ``call`` that failed with ``exc``:
-    a request that changes something (not a ``GET``) that was sent, or may have been,
-    and whose answer was lost (the connection closed or timed out after it left)."""
-    return call.method != "GET" and not isinstance(exc, NEVER_SENT)
+    a command (a request that changes something: it carries an idempotency key, which a
+    read such as a recall, a ``POST`` too, does not) that was sent, or may have been, and
+    whose answer was lost (the connection closed or timed out after it left)."""
+    return call.idempotency_key is not None and not isinstance(exc, NEVER_SENT)
 
 
 def unreachable(call: Call[Any], exc: httpx.HTTPError, token: str, acted: bool = False) -> TransportError:
