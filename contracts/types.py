@@ -139,11 +139,15 @@ def iso_utc(moment: datetime) -> str:
     the projections return as text.
 
     Raises:
-        ValueError: ``moment`` is naive (invariant 7: a naive datetime is an error).
+        ValueError: ``moment`` is naive (invariant 7: a naive datetime is an error), or
+            outside what UTC can hold.
     """
     if moment.utcoffset() is None:
         raise ValueError(f"time: {moment.isoformat()} is naive; a time must be timezone-aware (UTC)")
-    return moment.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+    try:
+        return moment.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+    except OverflowError:  # year 1 ahead of UTC, or year 9999 behind it
+        raise ValueError(f"time: {moment.isoformat()} is outside UTC's range (0001-01-01 to 9999-12-31)") from None
 
 
 def with_article(word: str) -> str:

@@ -294,6 +294,16 @@ def test_bad_requests_get_problem_documents_naming_the_field(
         assert r.headers["content-type"] == "application/problem+json" and "Traceback" not in r.text
     r = httpx.post(f"{url}/memories", content=b"{not json", headers=auth | {"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["field"] == "body"
+    far = "0001-01-01T00:30:00+01:00"  # no UTC time in Python's range
+    for target, body, field in (
+        (f"{url}/recall", {"query": "x", "purpose": PURPOSE, "as_of": far}, "as_of"),
+        (f"{url}/memories", {"content": "x", "purpose": PURPOSE, "expires_at": far}, "expires_at"),
+        (f"{url}/erasures", {"whole_subject": "yes"}, "whole_subject"),  # a flag is a JSON boolean
+    ):
+        r = httpx.post(target, json=body, headers=auth)
+        assert r.status_code == 422 and r.json()["field"] == field, (body, r.text)
+    r = httpx.get(f"{served.url}/v1/erasure-report", params={"since": far}, headers=auth)
+    assert r.status_code == 422 and r.json()["field"] == "since", r.text
     big = {"content": "x" * 60_000, "purpose": PURPOSE}
     r = httpx.post(f"{url}/memories/batch", json={"memories": [big] * 40}, headers=auth)
     assert r.status_code == 413 and r.json()["field"] == "body"

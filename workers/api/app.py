@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request
@@ -340,8 +339,8 @@ def _v1(gateway: Gateway) -> APIRouter:
     @router.get("/erasure-report", response_model=wire.ErasureReportOut, tags=["erasure"])
     def erasure_report(
         caller: Who,
-        since: Annotated[datetime, Query(description="ISO 8601 time with zone")],
-        until: Annotated[datetime | None, Query(description="ISO 8601 time with zone (default: now)")] = None,
+        since: Annotated[wire.Time, Query(description="ISO 8601 time with zone")],
+        until: Annotated[wire.Time | None, Query(description="ISO 8601 time with zone (default: now)")] = None,
     ) -> wire.ErasureReportOut:
         """Every erasure request in [since, until) with its verdict."""
         return gateway.erasure_report(caller, since, until)
