@@ -74,9 +74,11 @@ space, a line break) or hyphens, not part of a word or number (a UUID holds such
 _CARD_DOTTED = re.compile(r"(?<![^\W_])(?<![.-])\d{4}(?:\.\d{4}){2}\.\d{1,7}(?![^\W_])(?![.-])")
 """A card number grouped by dots: groups of four (the last of one to seven), so that a
 decimal number (3.14159265358979) is not read as one."""
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+_IBAN = re.compile(r"(?<![^\W_])[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]){11,30}", re.IGNORECASE)
 """An IBAN candidate, in either case (its check digits are validated on the upper-cased
-form, ISO 13616)."""
+form, ISO 13616), its groups maybe split by single spaces or hyphens: not preceded by a
+letter or a digit (an underscore does not hide it: iban_DE89...), and running on over
+what follows it (``_is_iban`` finds where it ends)."""
 _ISSUER_MII = frozenset("23456")
 """First digits (major industry identifiers, ISO/IEC 7812-1) of payment card issuers:
 2 and 5 Mastercard, 3 travel and entertainment (American Express, JCB, Diners), 4 Visa,
@@ -289,18 +291,14 @@ class Screener:
 
 
 def _is_iban(candidate: str) -> bool:
-    """Whether ``candidate`` (an ``_IBAN`` match) is an IBAN, or starts with one that ends
-    where a group does: the pattern runs on over the words after it (``DE89 3704 ...
-    monthly``), so each shorter run of its space-separated groups is checked too, longest
-    first (ISO 13616 mod-97, python-stdnum), down to the shortest IBAN's 15 characters."""
-    groups = candidate.upper().split(" ")
-    for n in range(len(groups), 0, -1):
-        compact = "".join(groups[:n])
-        if len(compact) < 15:
-            return False
-        if iban.is_valid(compact):
-            return True
-    return False
+    """Whether ``candidate`` (an ``_IBAN`` match) starts with an IBAN: the pattern runs on
+    over what follows one (a word after a space, ``DE89 3704 ... monthly``; letters glued
+    to it, ``...3000x``), so each shorter start of it is checked, longest first, down to
+    the shortest IBAN's 15 characters (ISO 13616: the country's length and format, and the
+    mod-97 check, by python-stdnum; each country has one length, so at most a few checks
+    get past the length test)."""
+    compact = re.sub(r"[ -]", "", candidate.upper())
+    return any(iban.is_valid(compact[:n]) for n in range(len(compact), 14, -1))
 
 
 # -- detection ----------------------------------------------------------------------------

@@ -75,11 +75,11 @@ DerivedCoreProperties.txt of Unicode 14.0.0 (``grep '; Default_Ignorable_Code_Po
 adjacent ranges merged."""
 _IGNORABLE_STARTS = tuple(first for first, _ in _IGNORABLE)
 
-_REMOVED_CATEGORIES = frozenset({"Cf", "Mn", "Me"})
+_REMOVED_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Mc"})
 """General categories removed from the normalised form: format characters, and the
-nonspacing and enclosing combining marks (U+0301 COMBINING ACUTE ACCENT, U+0332 COMBINING
-LOW LINE, U+20DD COMBINING ENCLOSING CIRCLE), which a renderer draws on the character
-before them, so that ``AKIA...X\u0301W`` reads as one token again. A mark that NFC would
+combining marks, nonspacing, enclosing and spacing (U+0301 COMBINING ACUTE ACCENT, U+0332
+COMBINING LOW LINE, U+20DD COMBINING ENCLOSING CIRCLE, U+0903 DEVANAGARI SIGN VISARGA),
+which a renderer draws with the character before them, so that ``AKIA...X\u0301W`` reads as one token again. A mark that NFC would
 compose with its base (``e`` and U+0301) goes too: the form is read, never stored."""
 
 _BLANKS = {0x1680: " ", 0x2800: " ", 0x1D159: " "}

@@ -69,6 +69,11 @@ PERSONAL = [
     ("pay to DE89370400440532013000 monthly", "iban"),  # a word after it: the pattern runs on over it
     ("iban GB82 WEST 1234 5698 7654 32 ok", "iban"),
     ("to DE89 3704 0044 0532 0130 00 for rent", "iban"),
+    ("iban_DE89370400440532013000", "iban"),  # an underscore before it
+    ("x DE89370400440532013000_monthly", "iban"),  # and after it
+    ("GB82WEST12345698765432ok", "iban"),  # letters glued after it
+    ("DE89370400440532013000x monthly", "iban"),
+    ("pay DE89-3704-0044-0532-0130-00", "iban"),  # groups split by hyphens
     ("card 4111  1111  1111  1111", "payment_card_number"),  # double spaces
     ("card 4111.1111.1111.1111", "payment_card_number"),
     ("card 4111 1111\n1111 1111", "payment_card_number"),  # a line break between groups
@@ -89,6 +94,7 @@ EVASIONS = [  # a secret split by an invisible character, or spelt with a compat
     ("db password:\u2800hunter2isgreat until Friday", "secret_keyword", "hunter2isgreat"),  # a blank reads as a space
     ("key AKIAIOSFODNN7EXAMPL\u0301E", "aws_access_key", "IOSFODNN7EXAMPL"),  # a combining mark drawn on the L
     ("key AKIAIOSFODNN7EXAM\u0332PLE", "aws_access_key", "IOSFODNN7EXAM"),
+    ("key AKIAIOSFODNN7EXAMPL\u0903E", "aws_access_key", "IOSFODNN7EXAMPL"),  # a spacing mark (Mc)
 ]
 
 HIDDEN_PERSONAL = [  # personal data split by an invisible character
