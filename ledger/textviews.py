@@ -79,8 +79,9 @@ _REMOVED_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Mc"})
 """General categories removed from the normalised form: format characters, and the
 combining marks, nonspacing, enclosing and spacing (U+0301 COMBINING ACUTE ACCENT, U+0332
 COMBINING LOW LINE, U+20DD COMBINING ENCLOSING CIRCLE, U+0903 DEVANAGARI SIGN VISARGA),
-which a renderer draws with the character before them, so that ``AKIA...X\u0301W`` reads as one token again. A mark that NFC would
-compose with its base (``e`` and U+0301) goes too: the form is read, never stored."""
+which a renderer draws with the character before them, so that ``AKIA...X\u0301W`` reads
+as one token again. A mark that NFC would compose with its base (``e`` and U+0301) goes
+too: the form is read, never stored."""
 
 _BLANKS = {0x1680: " ", 0x2800: " ", 0x1D159: " "}
 """Blank characters that NFKC leaves as they are, read as a space: OGHAM SPACE MARK (a
