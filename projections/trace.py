@@ -48,7 +48,7 @@ from projections.cache import RecallCache
 from projections.compaction import last_complete
 from projections.errors import UnknownRequestError
 from projections.vector_index import VectorIndex
-from projections.wording import counted
+from projections.wording import counted, one_line
 
 STORES = ("facts", "history", "vectors", "cache", "summaries", "log")
 
@@ -547,11 +547,12 @@ def _probe_cache(
 
 def render_text(report: TraceReport) -> str:
     """A plain-text table of the report, for terminals."""
+    r = report  # the subject, the principal, the reason and the source as one terminal line each (one_line)
     lines = [
-        f"erasure {report.request_id}  subject {report.subject_id}  ({report.request_kind}, "
-        f"{counted(len(report.memory_ids), 'memory', 'memories')})",
-        f"requested {report.requested_at} by {report.requested_by}: {report.reason} [{report.legal_basis}]",
-        *([f"source: {report.source_ref}"] if report.source_ref else []),
+        f"erasure {r.request_id}  subject {one_line(r.subject_id)}  ({r.request_kind}, "
+        f"{counted(len(r.memory_ids), 'memory', 'memories')})",
+        f"requested {r.requested_at} by {one_line(r.requested_by)}: {one_line(r.reason)} [{one_line(r.legal_basis)}]",
+        *([f"source: {one_line(r.source_ref)}"] if r.source_ref else []),
         f"log position: {log_position(report)}",
         "",
         f"{'store':<10} {'status':<8} {'applied at (UTC)':<33} {'offset':>7} {'removed':>7} {'latency s':>9}"

@@ -325,6 +325,10 @@ def test_a_usage_error_never_quotes_an_argument_read_as_an_option(capsys: pytest
     assert run_args(["write", "s", "x", "--purpose", "support", "--api-key=SECRET123"], prog_name="memledger") == 2
     said = capsys.readouterr().err
     assert "No such option: --api-key" in said and "SECRET123" not in said  # an option's name is shown
+    unquoted = ["write", "s", "my", "key", "AKIAIOSFODNN7EXAMPLE", "--purpose", "support"]  # words of an unquoted text
+    assert run_args(unquoted, prog_name="memledger") == 2
+    said = capsys.readouterr().err
+    assert "AKIAIOSFODNN7EXAMPLE" not in said and "got more arguments than the command takes" in said
 
 
 def test_a_cli_time_utc_cannot_hold_is_refused_naming_the_option() -> None:

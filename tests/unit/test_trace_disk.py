@@ -41,3 +41,26 @@ def test_a_partial_compaction_is_named_with_what_it_left(monkeypatch: pytest.Mon
     assert row.probe == (
         "residue until compaction (the compaction at 2026-12-01T00:05:00Z was partial: postgres wal: skipped)"
     )
+
+
+def test_the_text_of_a_trace_escapes_what_would_draw_another_line() -> None:
+    """Identifiers and reasons recorded before the write refused format characters (and a
+    reason, free text) are shown on one line each, escaped."""
+    report = trace.TraceReport(
+        request_id="er-1",
+        subject_id="al\u202eice",
+        request_kind="source",
+        memory_ids=["m1"],
+        requested_at="2026-12-01T00:00:00Z",
+        requested_by="ops\u200b",
+        reason="asked\nverdict: complete",
+        legal_basis="gdpr-art-17",
+        log_partition=0,
+        log_offset=3,
+        source_ref="turn\r7",
+    )
+    lines = trace.render_text(report).splitlines()
+    assert lines[0].startswith("erasure er-1  subject al\\u202eice  (source, 1 memory)")
+    assert lines[1] == "requested 2026-12-01T00:00:00Z by ops\\u200b: asked\\nverdict: complete [gdpr-art-17]"
+    assert lines[2] == "source: turn\\r7"
+    assert lines[-1] == "verdict: pending"

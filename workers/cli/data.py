@@ -82,7 +82,7 @@ def ingest_locomo(
 def render_conflicts(conflicts: list[Conflict], subject: str) -> str:
     """A rich table per conflict (members with status, source and text), as plain text."""
     if not conflicts:
-        return f"no conflicts for {subject}"
+        return f"no conflicts for {one_line(subject)}"
     console = Console(width=160, highlight=False)
     with console.capture() as captured:
         for c in conflicts:

@@ -613,16 +613,23 @@ starts with ``-`` (a text, a private key's ``-----BEGIN`` line)."""
 
 
 def _unquote_argument(exc: Exception) -> None:
-    """A usage error's "no such option" that would quote an argument (``-----BEGIN ...``:
-    a text starting with ``-`` is read as an option) says what happened without it: the
-    argument may hold a secret, and a usage error is printed before screening."""
+    """A usage error that would quote arguments says what happened without them: a "no such
+    option" of an argument starting with ``-`` (``-----BEGIN ...``), and "unexpected extra
+    arguments" (an unquoted text's words): an argument may hold a secret, and a usage
+    error is printed before screening."""
     name = getattr(exc, "option_name", None)
-    if isinstance(name, str) and not _OPTION_SHAPE.fullmatch(name) and hasattr(exc, "message"):
-        exc.message = (
+    message = getattr(exc, "message", None)
+    if isinstance(name, str) and not _OPTION_SHAPE.fullmatch(name) and message is not None:
+        exc.message = (  # type: ignore[attr-defined]
             "an argument that starts with '-' was read as an option (not shown here: it may hold data);"
             " put -- before the arguments, after the options: memledger write SUBJECT --purpose P -- '-text'"
         )
         exc.possibilities = []  # type: ignore[attr-defined]
+    elif isinstance(message, str) and message.startswith("Got unexpected extra argument"):
+        exc.message = (  # type: ignore[attr-defined]
+            "got more arguments than the command takes (not shown here: they may hold data);"
+            " quote a text with spaces as one argument: memledger write SUBJECT 'the whole text' --purpose P"
+        )
 
 
 def _run_noting_interruptions(args: list[str] | None, prog_name: str | None) -> Any:

@@ -189,7 +189,7 @@ def render_memories(entries: list[MemoryEntry], subject: str, next_after: str | 
             lines.append(f"  {m.memory_id} erased by {m.erased_by} at {utc_text(m.erased_at)}")
             continue
         key = f" key {one_line(m.key)}" if m.key else ""
-        lines.append(f"  {m.memory_id} {m.status} rev {m.revision} {m.kind}{key} ({m.purpose})")
+        lines.append(f"  {m.memory_id} {m.status} rev {m.revision} {m.kind}{key} ({one_line(m.purpose or '-')})")
         if m.superseded_by:
             lines.append(f"      superseded by {m.superseded_by}")
         if m.supersedes:
