@@ -356,3 +356,30 @@ def test_out_of_range_options_are_refused_before_anything_starts(
 
     assert run_args(args, prog_name="memledger") == 2
     assert said in capsys.readouterr().err
+
+
+def test_a_command_whose_acknowledgement_was_lost_still_answers_json_on_stdout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 3 (written, do not run it again) and, with --json, what it produced, as the
+    HTTP API's pending acknowledgement: a script learns the request id and the memories."""
+    import json
+
+    from ledger.errors import AcknowledgementLostError
+    from workers.cli import root
+
+    lost = AcknowledgementLostError(
+        "erase", "the broker refused", ("e1",), request_id="er-1", event_types=("ErasureRequested",), affected=("m1",)
+    )
+
+    def raising(*_: object) -> None:
+        raise lost
+
+    monkeypatch.setattr(root, "_run_noting_interruptions", raising)
+    assert root.run_args(["erase", "s", "m1", "--json"]) == 3
+    out, err = capsys.readouterr()
+    answer = json.loads(out)
+    assert answer["pending"] is True and answer["request_id"] == "er-1" and answer["affected"] == ["m1"]
+    assert answer["events"] == [{"event_id": "e1", "type": "ErasureRequested"}]
+    assert err.startswith("error: erase: written, acknowledgement lost")
+    assert root.run_args(["erase", "s", "m1"]) == 3 and capsys.readouterr().out == ""  # text: the error line only

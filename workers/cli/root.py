@@ -8,6 +8,7 @@ are printed as ``error: <field>: <rule>`` with exit status 2, never as a stack t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -548,6 +549,21 @@ def _describe(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+def pending_ack(exc: AcknowledgementLostError) -> dict[str, object]:
+    """The ``--json`` answer of a command written whose log acknowledgement was lost (exit
+    3): ``pending`` true, and what it produced, as ``POST`` answers it over HTTP."""
+    return {
+        "pending": True,
+        "memory_id": exc.memory_id,
+        "request_id": exc.request_id,
+        "events": [{"event_id": i, "type": t} for i, t in zip(exc.event_ids, exc.event_types, strict=False)],
+        "affected": list(exc.affected),
+        "reinstated": list(exc.reinstated),
+        "earlier_versions": list(exc.earlier_versions),
+        "rivals_reinstated": list(exc.rivals_reinstated),
+    }
+
+
 def _describe_validation(exc: ValidationError) -> str:
     """One line for a ``ValidationError``: a refused setting named by its environment
     variable (``MEMLEDGER_RECALL_MMR_LAMBDA: ...``; a key inside a JSON setting after it:
@@ -591,6 +607,8 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
         print(f"error: {_describe_validation(exc)}", file=sys.stderr)
         return 2
     except (NotWrittenError, AcknowledgementLostError, OutcomeUnknownError) as exc:  # not a refusal: see README
+        if isinstance(exc, AcknowledgementLostError) and "--json" in (sys.argv[1:] if args is None else args):
+            print(json.dumps(pending_ack(exc), indent=2))  # what it produced, as the HTTP API's pending ack
         print(f"error: {exc}", file=sys.stderr)
         return _OUTCOME_EXIT[type(exc)]
     except _USER_ERRORS as exc:
