@@ -383,3 +383,12 @@ def test_a_command_whose_acknowledgement_was_lost_still_answers_json_on_stdout(
     assert answer["events"] == [{"event_id": "e1", "type": "ErasureRequested"}]
     assert err.startswith("error: erase: written, acknowledgement lost")
     assert root.run_args(["erase", "s", "m1"]) == 3 and capsys.readouterr().out == ""  # text: the error line only
+
+
+def test_a_postgresql_that_gives_no_connection_is_named() -> None:
+    from psycopg_pool import PoolTimeout
+
+    from workers.cli.root import _describe
+
+    said = _describe(PoolTimeout("couldn't get a connection after 30.00 sec"))
+    assert said.startswith("PostgreSQL: couldn't get a connection after 30.00 sec (is it running")

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import psycopg
 import typer
 import typer.exceptions
+from psycopg_pool import PoolTimeout
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from redis.exceptions import RedisError
@@ -540,6 +541,11 @@ def _describe(exc: BaseException) -> str:
     unparsed = _UNPARSED_SETTING.fullmatch(str(exc)) if isinstance(exc, SettingsError) else None
     if unparsed is not None:  # pydantic-settings names neither the variable nor the rule
         text = f"MEMLEDGER_{unparsed[1].upper()}: not valid JSON (this setting is a JSON object or list)"
+    elif isinstance(exc, PoolTimeout):  # psycopg_pool names neither the store nor what to check
+        text = (
+            f"PostgreSQL: {exc} (is it running, and is MEMLEDGER_POSTGRES_DSN right? the embedded default"
+            " needs none)"
+        )
     elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.filename}: cannot be opened or written: {exc.strerror}"
     elif isinstance(exc, InvalidCommandError | NotAuthorisedError | GatewayError):
