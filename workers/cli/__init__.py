@@ -8,6 +8,7 @@ While ``memledger serve`` owns the data directory, ``main`` sends the command th
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Any
@@ -32,7 +33,11 @@ def main() -> None:
         name = signal.Signals(signum).name
         said = "stopped before the command ran here (if it went to serve, look before running it again)"
         print(f"interrupted by {name}: {said}", file=sys.stderr)
-        sys.exit(128 + signum)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # nothing started yet to clean up; sys.exit here, an import cut short, sometimes ended
+        # the process by SIGINT instead (the interpreter's exit for an unhandled interruption)
+        os._exit(128 + signum)
     if forwarded is not None:
         sys.exit(forwarded)
     run_here()
