@@ -11,6 +11,7 @@ signals are ignored, so that they cannot cut the cleanup short either.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import signal
 from collections.abc import Callable, Iterator
@@ -44,8 +45,22 @@ def _install(handler: Callable[[int, FrameType | None], None]) -> None:
 
 
 def install() -> None:
-    """Stop on the first SIGINT or SIGTERM with KeyboardInterrupt (in the main thread)."""
+    """Stop on the first SIGINT or SIGTERM with KeyboardInterrupt (in the main thread);
+    and, once every exit handler registered later has run (the embedded servers stopped),
+    block both signals: the interpreter's finalization puts their default actions back,
+    and a SIGTERM then would end a process whose command succeeded with 143 and no word."""
     _install(_interrupt)
+    if not _blocking:
+        _blocking.append(True)
+        atexit.register(_block)  # registered first, run last
+
+
+_blocking: list[bool] = []
+
+
+def _block() -> None:
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def ignore_from_now() -> None:

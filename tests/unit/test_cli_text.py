@@ -392,3 +392,26 @@ def test_a_postgresql_that_gives_no_connection_is_named() -> None:
 
     said = _describe(PoolTimeout("couldn't get a connection after 30.00 sec"))
     assert said.startswith("PostgreSQL: couldn't get a connection after 30.00 sec (is it running")
+
+
+def test_the_last_line_of_an_interrupted_process_says_what_the_ledger_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from ledger import service
+    from workers.cli.root import interrupted_line
+
+    monkeypatch.setattr(service, "committed", [])
+    monkeypatch.setattr(service, "interruptions", [])
+    assert interrupted_line(signal.SIGTERM) == (
+        "interrupted by SIGTERM: stopped before the ledger recorded anything (running it again is safe)"
+    )
+    service.committed.append("write")  # the signal came as the command cleaned up, after its commit
+    assert interrupted_line(signal.SIGTERM) == (
+        "interrupted by SIGTERM: stopped after the ledger recorded the write: it stands (do not run it again)"
+    )
+    service.committed.extend(["write", "erase"])
+    assert "recorded 3 commands (write, erase): it stands" in interrupted_line(signal.SIGINT)
+    service.interruptions.append("write: not written (interrupted before its commit): ...")
+    assert interrupted_line(signal.SIGINT) == (
+        "interrupted by SIGINT: stopped (what was already appended to the log stays there)"
+    )

@@ -31,7 +31,14 @@ def main() -> None:
     except KeyboardInterrupt:
         signum = interrupts.received() or signal.SIGINT
         name = signal.Signals(signum).name
-        said = "stopped before the command ran here (if it went to serve, look before running it again)"
+        from workers.serve import forward
+
+        said = (
+            f"stopped while memledger serve at {forward.sent[0]} ran the command: its outcome is unknown"
+            " (look with memories or trace before running it again)"
+            if forward.sent
+            else "stopped before the ledger recorded anything (running it again is safe)"
+        )
         print(f"interrupted by {name}: {said}", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -688,11 +688,17 @@ def main() -> None:
 
 def interrupted_line(signum: int) -> str:
     """The last line of a process an interruption stopped: that the ledger recorded nothing
-    when no command of it was committed or cut short (``ledger.service``: a command cut
-    short has its own line, saying whether it was written)."""
+    when no command of it was committed or cut short, what it recorded when its commands
+    were committed and none was cut short (the signal came as it cleaned up), else that
+    what was appended stays (``ledger.service``: a command cut short has its own line,
+    saying whether it was written)."""
     from ledger import service
 
     name = signal.Signals(signum).name
-    if not service.committed and not service.interruptions:
+    if service.interruptions:  # the command cut short has said what became of it
+        return f"interrupted by {name}: stopped (what was already appended to the log stays there)"
+    if not service.committed:
         return f"interrupted by {name}: stopped before the ledger recorded anything (running it again is safe)"
-    return f"interrupted by {name}: stopped (what was already appended to the log stays there)"
+    done = service.committed
+    what = f"the {done[0]}" if len(done) == 1 else f"{len(done)} commands ({', '.join(dict.fromkeys(done))})"
+    return f"interrupted by {name}: stopped after the ledger recorded {what}: it stands (do not run it again)"

@@ -167,6 +167,7 @@ def maybe_forward(argv: Sequence[str]) -> int | None:
     if os.environ.get("MEMLEDGER_PRINCIPAL") and not any(a.split("=", 1)[0] == "--principal" for a in args):
         args = ["--principal", os.environ["MEMLEDGER_PRINCIPAL"], *args]  # serve's environment is not ours
     body = ForwardedCommand.of(args, click.utils._detect_program_name())
+    sent.append(info.url)  # from here an interruption cannot tell whether serve ran it
     try:
         response = httpx.post(
             info.url.rstrip("/") + ROUTE,
@@ -185,6 +186,11 @@ def maybe_forward(argv: Sequence[str]) -> int | None:
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.exit_code
+
+
+sent: list[str] = []
+"""The ``serve`` this process sent its command to (once it began sending): an interrupted
+CLI says the command's outcome is unknown then, and that nothing was recorded before."""
 
 
 def _settings_refusal(settings: Settings, info: files.ServeFile) -> str | None:
