@@ -74,11 +74,14 @@ space, a line break) or hyphens, not part of a word or number (a UUID holds such
 _CARD_DOTTED = re.compile(r"(?<![^\W_])(?<![.-])\d{4}(?:\.\d{4}){2}\.\d{1,7}(?![^\W_])(?![.-])")
 """A card number grouped by dots: groups of four (the last of one to seven), so that a
 decimal number (3.14159265358979) is not read as one."""
-_IBAN = re.compile(r"(?<![^\W_])[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]){11,30}", re.IGNORECASE)
-"""An IBAN candidate, in either case (its check digits are validated on the upper-cased
-form, ISO 13616), its groups maybe split by single spaces or hyphens: not preceded by a
-letter or a digit (an underscore does not hide it: iban_DE89...), and running on over
-what follows it (``_is_iban`` finds where it ends)."""
+_IBAN = re.compile(r"(?=([A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]{4}){2,7}(?:[ -]?[A-Z0-9]{1,4})?))", re.IGNORECASE)
+"""An IBAN candidate at every place it may start (a lookahead: overlapping candidates,
+so that one glued to what comes before it, ``IBANDE89...``, ``ok_GB82...``, is found
+too), in either case (its check digits are validated on the upper-cased form, ISO
+13616), its groups of four maybe split by single spaces or hyphens (as an IBAN is
+written on paper; a separator elsewhere ends it), running on over what follows it
+(``_is_iban`` finds where it ends). A false candidate rarely passes: the country's one
+length and its format, then mod 97."""
 _ISSUER_MII = frozenset("23456")
 """First digits (major industry identifiers, ISO/IEC 7812-1) of payment card issuers:
 2 and 5 Mastercard, 3 travel and entertainment (American Express, JCB, Diners), 4 Visa,
@@ -287,7 +290,17 @@ class Screener:
             for pattern in (_CARD, _CARD_DOTTED):
                 yield from ("payment_card_number" for m in pattern.finditer(text) if _is_card(m.group(0)))
         if "iban" in detectors:
-            yield from ("iban" for m in _IBAN.finditer(text) if _is_iban(m.group(0)))
+            yield from ("iban" for _ in _ibans(text))
+
+
+def _ibans(text: str) -> Iterator[int]:
+    """The offsets of the IBANs in ``text``, each counted once (a candidate starting inside
+    one already found is not another)."""
+    end = -1
+    for m in _IBAN.finditer(text):
+        if m.start() >= end and _is_iban(m.group(1)):
+            end = m.start() + 15  # the shortest IBAN: no second one starts inside it
+            yield m.start()
 
 
 def _is_iban(candidate: str) -> bool:

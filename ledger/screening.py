@@ -49,6 +49,7 @@ from contracts import EraseMemories, MemoryWrite, RedactMemory, RevokeConsent, S
 from contracts.types import Sensitivity, with_article
 from ledger.errors import InvalidCommandError
 from ledger.policy import RetentionPolicy, read_policy_file
+from ledger.textviews import is_ignorable
 
 if TYPE_CHECKING:
     from ledger.detectors import Screener
@@ -212,23 +213,32 @@ def label_refusal(label: Label, secrets: tuple[str, ...], personal: tuple[str, .
 
 def invisible_refusal(field: str, value: str) -> InvalidCommandError | None:
     """The rule of a new memory's identifiers (its subject, purpose, key and agent label):
-    no Unicode format character (general category ``Cf``: U+200B ZERO WIDTH SPACE, the
-    joiners, U+00AD SOFT HYPHEN, the bidirectional controls, U+FEFF), which would make
-    an identifier that reads as another (``user-1`` and ``user-1`` followed by U+200B are
-    two subjects). Checked only where a new identifier enters (a write), not where the log
-    is read: identifiers already in the log stay readable, erasable and listable.
-    Returns the error to raise, naming the character and its position, or ``None``."""
+    no character a terminal draws as nothing or as a line break, which would make an
+    identifier that reads as another (``user-1`` and ``user-1`` followed by U+200B are two
+    subjects): a format character (general category ``Cf``: U+200B ZERO WIDTH SPACE, the
+    joiners, U+00AD SOFT HYPHEN, the bidirectional controls, U+FEFF), a C1 control (``Cc``:
+    U+0085; the C0 controls are refused for every identifier already), a line or paragraph
+    separator (``Zl``, ``Zp``), or another Default_Ignorable_Code_Point
+    (``ledger.textviews.is_ignorable``: U+034F COMBINING GRAPHEME JOINER, the variation
+    selectors, the Hangul fillers). Checked only where a new identifier enters (a write),
+    not where the log is read: identifiers already in the log stay readable, erasable and
+    listable. Returns the error to raise, naming the character and its position, or
+    ``None``."""
     if value.isascii():
         return None
     for i, c in enumerate(value):
-        if unicodedata.category(c) == "Cf":
-            name = unicodedata.name(c, "format character")
+        if unicodedata.category(c) in _INVISIBLE_CATEGORIES or is_ignorable(c):
+            name = unicodedata.name(c, "a control character")
             return InvalidCommandError(
                 field,
-                f"must not contain invisible format characters (U+{ord(c):04X} {name} at position {i}):"
+                f"must not contain invisible or control characters (U+{ord(c):04X} {name} at position {i}):"
                 " it would read as another identifier",
             )
     return None
+
+
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
+"""General categories ``invisible_refusal`` refuses in a new identifier."""
 
 
 def write_labels(cmd: MemoryWrite) -> list[Label]:

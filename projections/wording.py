@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import unicodedata
 
+from ledger.textviews import is_ignorable
+
 
 def counted(n: int, singular: str, plural: str | None = None) -> str:
     """``n`` and the noun agreeing with it: ``counted(1, "memory", "memories")`` is
@@ -17,15 +19,22 @@ _ESCAPED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 def one_line(text: str) -> str:
     """``text`` on one terminal line: line breaks, other control characters and
-    invisible format characters (Unicode categories Cc, Cf, Zl, Zp: bidi overrides,
-    zero-width spaces) are shown escaped (``\\n``, ``\\u202e``), so a memory's text
+    invisible characters (Unicode categories Cc, Cf, Zl, Zp: bidi overrides, zero-width
+    spaces; and every other Default_Ignorable_Code_Point, ``ledger.textviews.is_ignorable``:
+    U+034F, the Hangul fillers; but the variation selectors, which choose how the
+    character before them is drawn, as an emoji's U+FE0F) are shown escaped (``\\n``, ``\\u202e``), so a memory's text
     cannot draw lines that look like other items or their provenance."""
     out = []
     for ch in text:
         if ch in _ESCAPED:
             out.append(_ESCAPED[ch])
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or (is_ignorable(ch) and not _selector(ch)):
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     return "".join(out)
+
+
+def _selector(ch: str) -> bool:
+    """Whether ``ch`` is a variation selector (U+FE00..U+FE0F, U+E0100..U+E01EF)."""
+    return 0xFE00 <= ord(ch) <= 0xFE0F or 0xE0100 <= ord(ch) <= 0xE01EF

@@ -74,6 +74,10 @@ PERSONAL = [
     ("GB82WEST12345698765432ok", "iban"),  # letters glued after it
     ("DE89370400440532013000x monthly", "iban"),
     ("pay DE89-3704-0044-0532-0130-00", "iban"),  # groups split by hyphens
+    ("IBANDE89370400440532013000", "iban"),  # glued to the letters before it
+    ("ref 123DE89370400440532013000", "iban"),  # or the digits
+    ("okGB82WEST12345698765432", "iban"),
+    ("AB12DE89370400440532013000", "iban"),  # a false candidate before it does not hide it
     ("card 4111  1111  1111  1111", "payment_card_number"),  # double spaces
     ("card 4111.1111.1111.1111", "payment_card_number"),
     ("card 4111 1111\n1111 1111", "payment_card_number"),  # a line break between groups
@@ -526,6 +530,11 @@ def test_a_refused_label_is_bad_input_to_the_gateway_not_a_conflict_of_state(fie
         ("purpose", "sup\u00adport", "U+00AD SOFT HYPHEN at position 3"),
         ("key", "employer\u2060", "U+2060 WORD JOINER at position 8"),
         ("provenance.agent", "\u202ebot", "U+202E RIGHT-TO-LEFT OVERRIDE at position 0"),
+        ("subject_id", "sj\u034fx", "U+034F COMBINING GRAPHEME JOINER at position 2"),  # ignorable, not Cf
+        ("purpose", "p\ufe0fq", "U+FE0F VARIATION SELECTOR-16 at position 1"),
+        ("subject_id", "sj\u3164x", "U+3164 HANGUL FILLER at position 2"),
+        ("subject_id", "sj\u2028x", "U+2028 LINE SEPARATOR at position 2"),
+        ("key", "k\x85k", "U+0085 a control character at position 1"),  # C1 (NEL)
     ],
 )
 def test_an_identifier_with_an_invisible_format_character_is_refused_naming_it(
@@ -536,7 +545,7 @@ def test_an_identifier_with_an_invisible_format_character_is_refused_naming_it(
         admit_write(load_policy(), SCREENER, cmd, utc_now())
     assert info.value.field == field
     assert info.value.rule == (
-        f"must not contain invisible format characters ({char}): it would read as another identifier"
+        f"must not contain invisible or control characters ({char}): it would read as another identifier"
     )
 
 
