@@ -49,7 +49,7 @@ from contracts import EraseMemories, MemoryWrite, RedactMemory, RevokeConsent, S
 from contracts.types import Sensitivity, with_article
 from ledger.errors import InvalidCommandError
 from ledger.policy import RetentionPolicy, read_policy_file
-from ledger.textviews import is_ignorable
+from ledger.textviews import is_undrawn
 
 if TYPE_CHECKING:
     from ledger.detectors import Screener
@@ -219,7 +219,7 @@ def invisible_refusal(field: str, value: str) -> InvalidCommandError | None:
     joiners, U+00AD SOFT HYPHEN, the bidirectional controls, U+FEFF), a C1 control (``Cc``:
     U+0085; the C0 controls are refused for every identifier already), a line or paragraph
     separator (``Zl``, ``Zp``), or another Default_Ignorable_Code_Point
-    (``ledger.textviews.is_ignorable``: U+034F COMBINING GRAPHEME JOINER, the variation
+    (``ledger.textviews.is_undrawn``: U+034F COMBINING GRAPHEME JOINER, the variation
     selectors, the Hangul fillers). Checked only where a new identifier enters (a write),
     not where the log is read: identifiers already in the log stay readable, erasable and
     listable. Returns the error to raise, naming the character and its position, or
@@ -227,7 +227,7 @@ def invisible_refusal(field: str, value: str) -> InvalidCommandError | None:
     if value.isascii():
         return None
     for i, c in enumerate(value):
-        if unicodedata.category(c) in _INVISIBLE_CATEGORIES or is_ignorable(c):
+        if is_undrawn(c):
             name = unicodedata.name(c, "a control character")
             return InvalidCommandError(
                 field,
@@ -235,10 +235,6 @@ def invisible_refusal(field: str, value: str) -> InvalidCommandError | None:
                 " it would read as another identifier",
             )
     return None
-
-
-_INVISIBLE_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
-"""General categories ``invisible_refusal`` refuses in a new identifier."""
 
 
 def write_labels(cmd: MemoryWrite) -> list[Label]:

@@ -101,7 +101,6 @@ SUMMARISER_WRITER = "memledger.summariser"
 """``provenance.writer`` of summaries the ledger regenerates."""
 
 
-
 REFS_PER_SWEEP_EVENT = 5_000
 """Memories one ``RetentionExpired`` of a sweep lists at most (about 330 KB, under
 ``MAX_EVENT_BYTES``): a sweep that expires more at once appends several, so it is never

@@ -95,6 +95,18 @@ def is_ignorable(ch: str) -> bool:
     return at >= 0 and ord(ch) <= _IGNORABLE[at][1]
 
 
+_UNDRAWN_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
+
+
+def is_undrawn(ch: str) -> bool:
+    """Whether a terminal draws ``ch`` as nothing or as a line break: a format character
+    (``Cf``), a control (``Cc``), a line or paragraph separator (``Zl``, ``Zp``), or
+    another Default_Ignorable_Code_Point (``is_ignorable``). The rule of a new identifier
+    (``ledger.screening.invisible_refusal``) and of text shown on one line
+    (``projections.wording.one_line``)."""
+    return unicodedata.category(ch) in _UNDRAWN_CATEGORIES or is_ignorable(ch)
+
+
 @dataclass(frozen=True)
 class QuotedString:
     """A double-quoted string of a text: ``start`` and ``end`` (offsets of its quotes,

@@ -522,8 +522,7 @@ def _probe_cache(
     by_id = by_fp = 0
     spared = set(later or ()) - ids
     try:
-        keys = dict.fromkeys([*cache.entries(subject), *cache.all_entries(subject)])
-        for key in keys:
+        for key in cache.all_entries(subject):  # listed in the entry set or not: found by scanning
             try:
                 entry = cache.get(key)
             except ValueError:  # not JSON

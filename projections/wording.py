@@ -3,9 +3,7 @@ text shown on one line."""
 
 from __future__ import annotations
 
-import unicodedata
-
-from ledger.textviews import is_ignorable
+from ledger.textviews import is_undrawn
 
 
 def counted(n: int, singular: str, plural: str | None = None) -> str:
@@ -20,7 +18,7 @@ _ESCAPED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 def one_line(text: str) -> str:
     """``text`` on one terminal line: line breaks, other control characters and
     invisible characters (Unicode categories Cc, Cf, Zl, Zp: bidi overrides, zero-width
-    spaces; and every other Default_Ignorable_Code_Point, ``ledger.textviews.is_ignorable``:
+    spaces; and every other Default_Ignorable_Code_Point, ``ledger.textviews.is_undrawn``:
     U+034F, the Hangul fillers; but the variation selectors, which choose how the
     character before them is drawn, as an emoji's U+FE0F) are shown escaped (``\\n``, ``\\u202e``), so a memory's text
     cannot draw lines that look like other items or their provenance."""
@@ -28,7 +26,7 @@ def one_line(text: str) -> str:
     for ch in text:
         if ch in _ESCAPED:
             out.append(_ESCAPED[ch])
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or (is_ignorable(ch) and not _selector(ch)):
+        elif is_undrawn(ch) and not _selector(ch):
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -86,3 +87,28 @@ def deferred() -> Iterator[None]:
     if _depth == 0 and _received and not _raised:
         _raised.append(True)
         raise KeyboardInterrupt
+
+
+def last_line(signum: int, sent_to: str | None = None) -> str:
+    """The last line of a CLI process an interruption stopped: the command's outcome is
+    unknown when it was sent to ``serve`` (``sent_to``, its URL); else, from what
+    ``ledger.service`` recorded in this process (nothing of it when it was not imported):
+    that the ledger recorded nothing when no command was committed or cut short, what it
+    recorded when commands were committed and none was cut short (the signal came as it
+    cleaned up), else that what was appended stays (a command cut short has its own line,
+    saying whether it was written)."""
+    name = signal.Signals(signum).name
+    if sent_to is not None:
+        return (
+            f"interrupted by {name}: stopped while memledger serve at {sent_to} ran the command: its outcome is"
+            " unknown (look with memories or trace before running it again)"
+        )
+    service = sys.modules.get("ledger.service")
+    cut_short: list[str] = getattr(service, "interruptions", [])
+    done: list[str] = getattr(service, "committed", [])
+    if cut_short:  # the command cut short has said what became of it
+        return f"interrupted by {name}: stopped (what was already appended to the log stays there)"
+    if not done:
+        return f"interrupted by {name}: stopped before the ledger recorded anything (running it again is safe)"
+    what = f"the {done[0]}" if len(done) == 1 else f"{len(done)} commands ({', '.join(dict.fromkeys(done))})"
+    return f"interrupted by {name}: stopped after the ledger recorded {what}: it stands (do not run it again)"

@@ -398,7 +398,7 @@ def test_the_last_line_of_an_interrupted_process_says_what_the_ledger_recorded(m
     import signal
 
     from ledger import service
-    from workers.cli.root import interrupted_line
+    from workers.interrupts import last_line as interrupted_line
 
     monkeypatch.setattr(service, "committed", [])
     monkeypatch.setattr(service, "interruptions", [])

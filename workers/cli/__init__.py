@@ -30,16 +30,9 @@ def main() -> None:
             from workers.cli.root import main as run_here
     except KeyboardInterrupt:
         signum = interrupts.received() or signal.SIGINT
-        name = signal.Signals(signum).name
         from workers.serve import forward
 
-        said = (
-            f"stopped while memledger serve at {forward.sent[0]} ran the command: its outcome is unknown"
-            " (look with memories or trace before running it again)"
-            if forward.sent
-            else "stopped before the ledger recorded anything (running it again is safe)"
-        )
-        print(f"interrupted by {name}: {said}", file=sys.stderr)
+        print(interrupts.last_line(signum, forward.sent[0] if forward.sent else None), file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         # nothing started yet to clean up; sys.exit here, an import cut short, sometimes ended

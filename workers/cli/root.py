@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import re
-import signal
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
@@ -543,8 +542,7 @@ def _describe(exc: BaseException) -> str:
         text = f"MEMLEDGER_{unparsed[1].upper()}: not valid JSON (this setting is a JSON object or list)"
     elif isinstance(exc, PoolTimeout):  # psycopg_pool names neither the store nor what to check
         text = (
-            f"PostgreSQL: {exc} (is it running, and is MEMLEDGER_POSTGRES_DSN right? the embedded default"
-            " needs none)"
+            f"PostgreSQL: {exc} (is it running, and is MEMLEDGER_POSTGRES_DSN right? the embedded default needs none)"
         )
     elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.filename}: cannot be opened or written: {exc.strerror}"
@@ -553,21 +551,6 @@ def _describe(exc: BaseException) -> str:
     else:
         text = fields.line(str(exc), "cli")
     return " ".join(text.split())
-
-
-def pending_ack(exc: AcknowledgementLostError) -> dict[str, object]:
-    """The ``--json`` answer of a command written whose log acknowledgement was lost (exit
-    3): ``pending`` true, and what it produced, as ``POST`` answers it over HTTP."""
-    return {
-        "pending": True,
-        "memory_id": exc.memory_id,
-        "request_id": exc.request_id,
-        "events": [{"event_id": i, "type": t} for i, t in zip(exc.event_ids, exc.event_types, strict=False)],
-        "affected": list(exc.affected),
-        "reinstated": list(exc.reinstated),
-        "earlier_versions": list(exc.earlier_versions),
-        "rivals_reinstated": list(exc.rivals_reinstated),
-    }
 
 
 def _describe_validation(exc: ValidationError) -> str:
@@ -614,7 +597,9 @@ def run_args(args: list[str] | None = None, prog_name: str | None = None) -> int
         return 2
     except (NotWrittenError, AcknowledgementLostError, OutcomeUnknownError) as exc:  # not a refusal: see README
         if isinstance(exc, AcknowledgementLostError) and "--json" in (sys.argv[1:] if args is None else args):
-            print(json.dumps(pending_ack(exc), indent=2))  # what it produced, as the HTTP API's pending ack
+            from workers.gateway.service import pending_ack  # what it produced, as the HTTP API answers it
+
+            print(json.dumps(pending_ack(exc).model_dump(mode="json"), indent=2))
         print(f"error: {exc}", file=sys.stderr)
         return _OUTCOME_EXIT[type(exc)]
     except _USER_ERRORS as exc:
@@ -681,24 +666,6 @@ def main() -> None:
     interrupts.ignore_from_now()
     signum = interrupts.received()
     if signum is not None:
-        print(interrupted_line(signum), file=sys.stderr)
+        print(interrupts.last_line(signum), file=sys.stderr)
         code = 128 + signum
     sys.exit(code)
-
-
-def interrupted_line(signum: int) -> str:
-    """The last line of a process an interruption stopped: that the ledger recorded nothing
-    when no command of it was committed or cut short, what it recorded when its commands
-    were committed and none was cut short (the signal came as it cleaned up), else that
-    what was appended stays (``ledger.service``: a command cut short has its own line,
-    saying whether it was written)."""
-    from ledger import service
-
-    name = signal.Signals(signum).name
-    if service.interruptions:  # the command cut short has said what became of it
-        return f"interrupted by {name}: stopped (what was already appended to the log stays there)"
-    if not service.committed:
-        return f"interrupted by {name}: stopped before the ledger recorded anything (running it again is safe)"
-    done = service.committed
-    what = f"the {done[0]}" if len(done) == 1 else f"{len(done)} commands ({', '.join(dict.fromkeys(done))})"
-    return f"interrupted by {name}: stopped after the ledger recorded {what}: it stands (do not run it again)"

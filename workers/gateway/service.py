@@ -732,17 +732,24 @@ def recorded(run: Callable[[], CommandResult]) -> wire.CommandAck:
     try:
         return ack(run())
     except AcknowledgementLostError as exc:
-        return wire.CommandAck(
-            memory_id=exc.memory_id,
-            request_id=exc.request_id,
-            affected=list(exc.affected),
-            events=_event_refs(exc),
-            positions=[],
-            pending=True,
-            reinstated=list(exc.reinstated),
-            earlier_versions=list(exc.earlier_versions),
-            rivals_reinstated=list(exc.rivals_reinstated),
-        )
+        return pending_ack(exc)
+
+
+def pending_ack(exc: AcknowledgementLostError) -> wire.CommandAck:
+    """The acknowledgement of a command recorded whose log acknowledgement was lost:
+    ``pending``, no positions, and what it produced (the HTTP answer, and the CLI's
+    ``--json`` one)."""
+    return wire.CommandAck(
+        memory_id=exc.memory_id,
+        request_id=exc.request_id,
+        affected=list(exc.affected),
+        events=_event_refs(exc),
+        positions=[],
+        pending=True,
+        reinstated=list(exc.reinstated),
+        earlier_versions=list(exc.earlier_versions),
+        rivals_reinstated=list(exc.rivals_reinstated),
+    )
 
 
 def batch_recorded(run: Callable[[], Sequence[CommandResult]]) -> wire.BatchAck:

@@ -56,6 +56,7 @@ from workers.langgraph_store.namespaces import Address, Prefix
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+E = TypeVar("E", bound=ApiError)
 Step = Generator[Call[Any], Any, T]
 """A generator that yields calls, is sent their answers, and returns a ``T``."""
 
@@ -189,10 +190,16 @@ def _forbidden_in_place(exc: LedgerClientError, subject_field: str, place: str) 
     refused put; otherwise ``exc``."""
     if not isinstance(exc, Forbidden) or exc.field != "subject_id":
         return exc
-    field = f"{place}.{subject_field}" if place else subject_field
-    rule = exc.rule or ""
-    problem = exc.problem.model_copy(update={"field": field, "detail": f"{field}: {rule}"})
-    return Forbidden(exc.status, problem)
+    return _renamed(exc, place, subject_field, exc.rule or "")
+
+
+def _renamed(exc: E, place: str, field: str, rule: str) -> E:
+    """``exc`` (a refusal of the server) naming ``field`` in the operation's ``place``
+    (``ops[2].value``; none for the only operation) and ``rule``, in its problem's
+    ``field``, ``rule`` and ``detail``."""
+    named = f"{place}.{field}" if place else field
+    problem = exc.problem.model_copy(update={"field": named, "rule": rule, "detail": f"{named}: {rule}"})
+    return type(exc)(exc.status, problem)
 
 
 class _Progress:
@@ -531,11 +538,7 @@ def _in_place(exc: InvalidRequest, places: Sequence[str]) -> InvalidRequest:
     found = _BATCH_ITEM.fullmatch(exc.field or "")
     if found is None or int(found[1]) >= len(places):
         return exc
-    field, rule = put_field(found[2], exc.rule or "")
-    place = places[int(found[1])]
-    field = f"{place}.{field}" if place else field
-    problem = exc.problem.model_copy(update={"field": field, "rule": rule, "detail": f"{field}: {rule}"})
-    return type(exc)(exc.status, problem)
+    return _renamed(exc, places[int(found[1])], *put_field(found[2], exc.rule or ""))
 
 
 def _listed(
